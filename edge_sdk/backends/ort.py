@@ -1,0 +1,201 @@
+"""ONNX Runtime backend.
+
+Providers come from the profile, filtered to what this onnxruntime build has
+(in order; CPU is always last). Threads, spinning and the graph optimisation
+level come from :class:`SessionOptions`. The optimised graph is written once to
+the cache (keyed by model digest, ORT version, providers, level and machine)
+with a digest sidecar; the next cold start loads it with optimisation off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..errors import BackendUnavailableError, SessionError
+from .base import BackendStatus, ModelSource, Session, SessionInfo, SessionOptions, TensorInfo
+
+NAME = "onnxruntime"
+
+_ORT_TYPES = {
+    "tensor(float)": "float32",
+    "tensor(float16)": "float16",
+    "tensor(double)": "float64",
+    "tensor(int8)": "int8",
+    "tensor(uint8)": "uint8",
+    "tensor(int16)": "int16",
+    "tensor(uint16)": "uint16",
+    "tensor(int32)": "int32",
+    "tensor(int64)": "int64",
+    "tensor(bool)": "bool",
+}
+# Execution providers that compile subgraphs into opaque nodes: an optimised
+# model cannot be serialised with them, they keep caches of their own.
+_COMPILING_EPS = frozenset(
+    {"TensorrtExecutionProvider", "NvTensorRTRTXExecutionProvider", "OpenVINOExecutionProvider", "QNNExecutionProvider", "CoreMLExecutionProvider", "XnnpackExecutionProvider"}
+)
+
+
+def _ort() -> Any:
+    try:
+        import onnxruntime
+    except ImportError as e:  # pragma: no cover - base dependency
+        raise BackendUnavailableError("onnxruntime is not installed: pip install onnxruntime (or onnxruntime-gpu on CUDA/Jetson)") from e
+    return onnxruntime
+
+
+def status() -> BackendStatus:
+    try:
+        ort = _ort()
+    except BackendUnavailableError as e:
+        return BackendStatus(NAME, False, "onnxruntime", "", str(e))
+    return BackendStatus(NAME, True, "onnxruntime", ort.__version__, "", tuple(ort.get_available_providers()))
+
+
+def choose_providers(wanted: tuple[str, ...], available: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(providers to use in order, notes on the ones skipped). CPU is always kept last."""
+    use: list[str] = []
+    notes: list[str] = []
+    for p in wanted:
+        if p in available:
+            if p not in use:
+                use.append(p)
+        else:
+            notes.append(f"{p} requested by the profile but not in this onnxruntime build; falling back")
+    if "CPUExecutionProvider" in use:
+        use.remove("CPUExecutionProvider")
+    use.append("CPUExecutionProvider")
+    return tuple(use), tuple(notes)
+
+
+_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
+
+
+def _provider_options(p: str, options: SessionOptions) -> dict[str, str]:
+    if p == "TensorrtExecutionProvider" and options.cache_dir is not None:
+        path = options.cache_dir / "tensorrt"
+        path.mkdir(parents=True, exist_ok=True)
+        return {"trt_engine_cache_enable": "True", "trt_engine_cache_path": str(path)}
+    return {}
+
+
+class OrtSession(Session):
+    def __init__(self, model: ModelSource, options: SessionOptions) -> None:
+        super().__init__()
+        ort = _ort()
+        t0 = time.perf_counter()
+        providers, notes = choose_providers(options.providers, tuple(ort.get_available_providers()))
+        notes = list(notes)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = options.threads
+        so.inter_op_num_threads = 1
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        spin = "1" if options.allow_spinning else "0"
+        so.add_session_config_entry("session.intra_op.allow_spinning", spin)
+        so.add_session_config_entry("session.inter_op.allow_spinning", spin)
+        so.log_severity_level = 3
+
+        level = options.graph_optimization
+        cache_file: Path | None = None
+        use_cache = options.cache_dir is not None and not model.has_external_data and not (set(providers) & _COMPILING_EPS) and level != "disable"
+        source: bytes | str = model.data
+        if model.has_external_data:
+            # ORT resolves external data relative to the model file: load by path
+            # (the package has verified every external file's digest).
+            source = str(model.path)
+        cached_state = "off"
+        if use_cache:
+            assert options.cache_dir is not None
+            key = hashlib.sha256(
+                "|".join([model.sha256, ort.__version__, ",".join(providers), level, platform.machine()]).encode()
+            ).hexdigest()[:32]
+            cdir = options.cache_dir / "ort-optimized"
+            cache_file = cdir / f"{key}.onnx"
+            side = cdir / f"{key}.sha256"
+            cached = _read_cached(cache_file, side)
+            if cached is not None:
+                source = cached
+                level = "disable"  # already optimised at `options.graph_optimization`
+                cached_state = f"hit {cache_file}"
+            else:
+                cdir.mkdir(parents=True, exist_ok=True)
+                tmp = cdir / f".{key}.{os.getpid()}.tmp.onnx"
+                so.optimized_model_filepath = str(tmp)
+                cached_state = f"written {cache_file}"
+        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[level])
+
+        prov_arg = [(p, _provider_options(p, options)) for p in providers]
+        try:
+            self._sess = ort.InferenceSession(source, sess_options=so, providers=prov_arg)
+        except Exception as e:  # onnxruntime raises its own pybind exception types
+            raise SessionError(f"onnxruntime could not load the model ({model.path.name}): {e}") from e
+
+        if use_cache and cached_state.startswith("written"):
+            assert cache_file is not None
+            tmp = Path(so.optimized_model_filepath)
+            try:
+                digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
+                os.replace(tmp, cache_file)
+                (cache_file.with_suffix(".sha256")).write_text(digest)
+            except OSError as e:
+                cached_state = f"not written ({e})"
+                tmp.unlink(missing_ok=True)
+
+        self._out_names = [o.name for o in self._sess.get_outputs()]
+        self.inputs = tuple(_info(i) for i in self._sess.get_inputs())
+        self.outputs = tuple(_info(o) for o in self._sess.get_outputs())
+        used = tuple(self._sess.get_providers())
+        for p in providers:
+            if p not in used:
+                notes.append(f"{p} could not be initialised; onnxruntime fell back to {used[0]}")
+        self.info = SessionInfo(
+            backend=NAME,
+            runtime="onnxruntime",
+            runtime_version=ort.__version__,
+            threads=options.threads,
+            providers_requested=tuple(options.providers),
+            providers_used=used,
+            notes=tuple(notes),
+            optimized_cache=cached_state,
+            create_ms=(time.perf_counter() - t0) * 1e3,
+        )
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self._closed:
+            self._check_open()
+        try:
+            outs = self._sess.run(self._out_names, feeds)
+        except Exception as e:
+            raise SessionError(f"onnxruntime run failed: {e}") from e
+        return dict(zip(self._out_names, outs))
+
+    def _release(self) -> None:
+        del self._sess
+
+
+def _info(x: Any) -> TensorInfo:
+    dtype = _ORT_TYPES.get(x.type, x.type)
+    shape = tuple(d if isinstance(d, int) else (d if isinstance(d, str) else None) for d in x.shape)
+    return TensorInfo(name=x.name, dtype=dtype, shape=shape, raw_dtype=dtype)
+
+
+def _read_cached(path: Path, side: Path) -> bytes | None:
+    """The cached optimised model if present and intact, else None."""
+    try:
+        data = path.read_bytes()
+        want = side.read_text().strip()
+    except OSError:
+        return None
+    if hashlib.sha256(data).hexdigest() != want:
+        return None
+    return data
+
+
+def open_session(model: ModelSource, options: SessionOptions) -> Session:
+    return OrtSession(model, options)

@@ -1,0 +1,253 @@
+"""``edge-sdk``: a thin ``main(argv)`` over the library.
+
+    edge-sdk profile [--profile P] [--root DIR] [--json]
+    edge-sdk inspect PACKAGE [--profile P] [--json]
+    edge-sdk predict PACKAGE INPUT [--variant V] [--top-k K] [--repeat N] [--json]
+    edge-sdk demo [--runs N] [--variant V] [--json]
+
+Exit codes: 0 ok, 1 an edge_sdk error (message on stderr), 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from .errors import EdgeSDKError
+
+
+def _percentiles(values: Sequence[float]) -> dict[str, float]:
+    a = np.asarray(values, dtype=np.float64)
+    return {f"p{q}": round(float(np.percentile(a, q)), 4) for q in (50, 90, 99)} | {"mean": round(float(a.mean()), 4), "n": int(a.size)}
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profile", help="device profile name or .toml path (default: $EDGE_SDK_PROFILE or detected)")
+    p.add_argument("--root", default="/", help="read /proc and /sys from this root (default: /)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def _add_load(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--variant", help="force this variant id")
+    p.add_argument("--threads", type=int, help="override the profile's thread count")
+    p.add_argument("--no-measure", action="store_true", help="do not time tied backends; take the profile's order")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="edge-sdk", description="Run ML models on edge devices.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("profile", help="the detected device profile and why, runtimes, providers, sensors")
+    _add_common(p)
+    p = sub.add_parser("inspect", help="a package's manifest, variants, digests, and the selection with its reasons")
+    p.add_argument("package")
+    _add_common(p)
+    p = sub.add_parser("predict", help="run a package on an image file or a .npy tensor")
+    p.add_argument("package")
+    p.add_argument("input", help="image file (PNG/JPEG/...) or .npy array (or .npz with one array per input name)")
+    p.add_argument("--top-k", type=int)
+    p.add_argument("--repeat", type=int, default=1, help="run N times and report latency percentiles")
+    _add_common(p)
+    _add_load(p)
+    p = sub.add_parser("demo", help="the bundled shapes classifier on bundled images (no camera, no network)")
+    p.add_argument("--runs", type=int, default=200, help="timed runs for latency percentiles (default 200)")
+    _add_common(p)
+    _add_load(p)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return {"profile": cmd_profile, "inspect": cmd_inspect, "predict": cmd_predict, "demo": cmd_demo}[args.cmd](args)
+    except EdgeSDKError as e:
+        print(f"edge-sdk: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+
+
+def _out(args: argparse.Namespace, data: Any, text: str) -> None:
+    print(json.dumps(data, indent=2, default=str) if args.json else text)
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from .backends.base import all_backend_status
+    from .profiles import resolve_profile
+    from .sensors import scan
+
+    det = resolve_profile(args.profile, root=args.root)
+    backends = all_backend_status()
+    sensors = scan(args.root)
+    data = {
+        "profile": det.profile.to_dict(),
+        "source": det.source,
+        "fallback": det.fallback,
+        "reasons": list(det.reasons),
+        "memory_budget_mb": det.memory_budget_mb,
+        "facts": {k: (sorted(v) if isinstance(v, frozenset) else v) for k, v in det.facts.__dict__.items()},
+        "backends": {n: s.__dict__ for n, s in backends.items()},
+        "sensors": [s.__dict__ for s in sensors],
+    }
+    lines = [det.explain(), "", "runtimes:"]
+    for n, s in backends.items():
+        if s.available:
+            lines.append(f"  {n}: {s.runtime} {s.version}" + (f" providers={list(s.providers)}" if s.providers else ""))
+        else:
+            lines.append(f"  {n}: not available ({s.detail})")
+    rt = det.profile.runtime
+    lines.append(f"profile wants: precisions {list(rt.precisions)}, backends {list(rt.backends)}, providers {list(rt.onnxruntime_providers)}")
+    lines.append(f"sensors ({len(sensors)}):")
+    for s in sensors[:40]:
+        v = "" if s.value is None else f" = {s.value:g} {s.unit}"
+        lines.append(f"  {s.kind:8s} {s.name}{v}")
+    if not sensors:
+        lines.append("  none found under " + args.root)
+    _out(args, data, "\n".join(lines))
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from .backends.base import all_backend_status
+    from .package import ModelPackage
+    from .profiles import resolve_profile
+    from .selection import select_variant
+
+    pkg = ModelPackage.open(args.package)
+    m = pkg.manifest
+    det = resolve_profile(args.profile, root=args.root)
+    sel = select_variant(m, det.profile, all_backend_status(), memory_budget_mb=det.memory_budget_mb)
+    lines = [
+        f"{m.name} {m.version} ({m.task}) — {m.description}",
+        f"manifest sha256 {pkg.manifest_sha256}; every variant's digest verified",
+        "inputs:",
+    ]
+    for s in m.inputs:
+        pre = f" preprocess {s.preprocess.resize} {s.preprocess.size_hw} {s.preprocess.color}" if s.preprocess else ""
+        lines.append(f"  {s.name}: {s.dtype} {list(s.shape)} {s.layout or ''} dims={ {n: [lo, hi] for n, lo, hi in s.dim_bounds} }{pre}")
+    lines.append("outputs:")
+    for s in m.outputs:
+        lines.append(f"  {s.name}: {s.dtype} {list(s.shape)}")
+    lines.append(f"decoder: {m.decoder.kind}" + (f", labels {list(m.labels)}" if m.labels else ""))
+    lines.append("variants:")
+    for v in m.variants:
+        q = v.quality
+        qs = ""
+        if q:
+            parts = [f"{k}={getattr(q, k)}" for k in ("cosine", "top1_agreement") if getattr(q, k) is not None]
+            if q.metric:
+                parts.append(f"{q.metric}={q.value}")
+            qs = " quality: " + ", ".join(parts)
+        lines.append(f"  {v.id}: {v.backend} {v.precision} {v.file} {v.size} B sha256={v.sha256[:16]}…{' (reference)' if v.reference else ''}{qs}")
+    lines += ["", "selection:", sel.explain()]
+    if sel.tied:
+        lines.append(f"(tied with {[c.variant_id for c in sel.tied]}: `load` times them on this device and keeps the faster)")
+    data = {"manifest": m.to_dict(), "manifest_sha256": pkg.manifest_sha256, "profile": det.profile.name, "selection": sel.to_dict()}
+    _out(args, data, "\n".join(lines))
+    return 0
+
+
+def _load(args: argparse.Namespace, package: Any) -> Any:
+    from .model import load
+
+    kw: dict[str, Any] = {"root": args.root}
+    if args.variant:
+        kw["variant"] = args.variant
+    if args.threads:
+        kw["threads"] = args.threads
+    if args.no_measure:
+        kw["measure_backends"] = False
+    return load(package, args.profile, **kw)
+
+
+def _read_input(path: Path) -> tuple[str, Any]:
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        return "tensor", np.load(path, allow_pickle=False)
+    if suffix == ".npz":
+        with np.load(path, allow_pickle=False) as z:
+            return "tensor", {k: z[k] for k in z.files}
+    return "image", path
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    kind, x = _read_input(Path(args.input))
+    if args.repeat < 1:
+        print("edge-sdk: --repeat must be >= 1", file=sys.stderr)
+        return 2
+    with _load(args, args.package) as model:
+        call = (lambda: model.predict_image(x, top_k=args.top_k)) if kind == "image" else (lambda: model.predict(x, top_k=args.top_k))
+        results = [call() for _ in range(args.repeat)]
+        r = results[-1]
+        data = r.to_dict()
+        data["selection"] = model.selection.to_dict()
+        lat = None
+        if args.repeat > 1:
+            lat = {k: _percentiles([getattr(x.timings, k) for x in results]) for k in ("total_ms", "inference_ms")}
+            data["latency"] = lat
+        lines = [f"{model.manifest.name} {model.manifest.version}: variant {r.variant_id} on {r.backend}"]
+        if r.decoded is not None:
+            for row in r.decoded:
+                lines.append("  " + ", ".join(f"{c.label} {c.score:.3f}" for c in row))
+        else:
+            for k, v in r.outputs.items():
+                lines.append(f"  {k}: {v.dtype} {list(v.shape)} {np.array2string(v.ravel()[:8], precision=4)}{' …' if v.size > 8 else ''}")
+        t = r.timings
+        lines.append(f"  timings ms: validate {t.validate_ms:.3f} preprocess {t.preprocess_ms:.3f} inference {t.inference_ms:.3f} decode {t.decode_ms:.3f} total {t.total_ms:.3f}")
+        if lat:
+            lines.append(f"  over {args.repeat} runs: total p50 {lat['total_ms']['p50']} p90 {lat['total_ms']['p90']} p99 {lat['total_ms']['p99']} ms")
+        _out(args, data, "\n".join(lines))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .assets import demo_package_path, demo_samples
+
+    if args.runs < 1:
+        print("edge-sdk: --runs must be >= 1", file=sys.stderr)
+        return 2
+    samples = demo_samples()
+    with _load(args, demo_package_path()) as model:
+        det = model.detection
+        d = model.describe()
+        lines = ["== device", det.explain(), "", "== selection", model.selection.explain()]
+        lines.append(f"running {d['variant']} on {d['runtime']}, threads={d['threads']}" + (f", providers={d['providers']}" if d["providers"] else "") + (f", delegates={d['delegates']}" if d["delegates"] else ""))
+        for n in d["notes"]:
+            lines.append(f"note: {n}")
+        q = model.variant.quality
+        if q:
+            lines.append(f"variant quality (from the package): {q.metric}={q.value}" + (f", cosine={q.cosine}, top1_agreement={q.top1_agreement} vs {q.reference}" if q.cosine is not None else "") + f" on {q.dataset}")
+        lines += ["", f"== results on {len(samples)} bundled images"]
+        rows = []
+        correct = 0
+        for p in samples:
+            r = model.predict_image(p)
+            truth = p.stem.rsplit("_", 1)[0]
+            ok = r.top1.label == truth
+            correct += ok
+            rows.append({"image": p.name, "truth": truth, "top": [(c.label, round(c.score, 4)) for c in r.decoded[0]], "correct": ok})
+            alt = ", ".join(f"{c.label} {c.score:.2f}" for c in r.decoded[0][1:])
+            lines.append(f"  {p.name:16s} -> {r.top1.label:9s} {r.top1.score:.3f} {'ok ' if ok else 'MISS'}  ({alt})")
+        lines.append(f"  {correct}/{len(samples)} correct")
+        # latency: the whole predict_image path on one image held in memory
+        from .processing.image import load_image
+
+        img = load_image(samples[0])
+        for _ in range(5):
+            model.predict_image(img)
+        res = [model.predict_image(img) for _ in range(args.runs)]
+        stages = ("preprocess_ms", "validate_ms", "inference_ms", "decode_ms", "total_ms")
+        lat = {k: _percentiles([getattr(r.timings, k) for r in res]) for k in stages}
+        lines += ["", f"== latency over {args.runs} runs (ms)", f"  {'stage':14s} {'p50':>8s} {'p90':>8s} {'p99':>8s}"]
+        for k in stages:
+            v = lat[k]
+            lines.append(f"  {k[:-3]:14s} {v['p50']:8.3f} {v['p90']:8.3f} {v['p99']:8.3f}")
+        data = {"device": {"profile": det.profile.name, "source": det.source, "reasons": list(det.reasons)}, "model": d, "results": rows, "correct": correct, "latency_ms": lat}
+        _out(args, data, "\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

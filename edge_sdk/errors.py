@@ -1,0 +1,123 @@
+"""One exception tree for edge_sdk, grouped by cause.
+
+Every error the SDK raises on purpose derives from :class:`EdgeSDKError`.
+Foreign exceptions (from ONNX Runtime, LiteRT, zipfile, ...) are translated at
+the seam that calls them and chained with ``raise ... from``.  Messages say
+what was expected and what was found.
+"""
+
+from __future__ import annotations
+
+
+class EdgeSDKError(Exception):
+    """Base of every error edge_sdk raises on purpose."""
+
+
+# --- device profiles -------------------------------------------------------
+
+
+class ProfileError(EdgeSDKError):
+    """A device profile is unknown, unreadable or malformed."""
+
+
+# --- model packages --------------------------------------------------------
+
+
+class ModelPackageError(EdgeSDKError):
+    """A model package cannot be used."""
+
+
+class ManifestError(ModelPackageError):
+    """The manifest is missing, unparsable, or a field has the wrong type/value."""
+
+
+class IntegrityError(ModelPackageError):
+    """A file's sha256 or size does not match what the manifest declares."""
+
+
+class UnsafePackageError(ModelPackageError):
+    """The package tries to reach outside itself or carries executable content.
+
+    Raised for absolute paths, ``..`` components, symlinks that leave the
+    package, archive members that would extract outside the target, ONNX
+    external data outside the package or not covered by a digest, and pickles.
+    """
+
+
+class ModelFormatError(ModelPackageError):
+    """A model file is not what its variant says it is (truncated, random bytes,
+    TFLite bytes named ``.onnx`` ...)."""
+
+
+class SignatureMismatchError(ModelPackageError):
+    """The manifest's inputs/outputs disagree with the model's own signature."""
+
+
+# --- selection and backends --------------------------------------------------
+
+
+class SelectionError(EdgeSDKError):
+    """No variant of the package can run on this device/profile, or a forced
+    variant does not exist."""
+
+
+class BackendError(EdgeSDKError):
+    """A runtime backend failed."""
+
+
+class BackendUnavailableError(BackendError):
+    """The runtime a variant needs is not installed; the message names the extra."""
+
+
+class SessionError(BackendError):
+    """The runtime failed while creating a session or running a call."""
+
+
+class SessionClosedError(BackendError, RuntimeError):
+    """A call was made on a session or model after ``close()``."""
+
+
+# --- inputs --------------------------------------------------------------------
+
+
+class InputError(EdgeSDKError, ValueError):
+    """An input given to ``predict`` does not match the model's declared input."""
+
+
+class MissingInputError(InputError):
+    """A declared input was not given."""
+
+
+class UnexpectedInputError(InputError):
+    """An input was given that the model does not declare."""
+
+
+class InputTypeError(InputError, TypeError):
+    """The input is not a numpy array (or a mapping of them)."""
+
+
+class InputDTypeError(InputError):
+    """The array's dtype differs from the declared dtype; nothing is cast."""
+
+
+class InputShapeError(InputError):
+    """Rank, a fixed dimension, or a bounded dynamic dimension is wrong."""
+
+
+class NonFiniteInputError(InputError):
+    """A floating-point input holds NaN or Inf."""
+
+
+class NonContiguousInputError(InputError):
+    """The array is not C-contiguous; pass ``np.ascontiguousarray(x)``."""
+
+
+class ImageError(InputError):
+    """An image could not be read or has an unsupported shape/dtype."""
+
+
+# --- environment -----------------------------------------------------------------
+
+
+class MissingDependencyError(EdgeSDKError, ImportError):
+    """An optional dependency is needed; the message names the extra to install."""

@@ -1,0 +1,539 @@
+"""Model: validate -> preprocess -> run -> decode, with typed results.
+
+Two ways in::
+
+    model = edge_sdk.load("shapes-classifier/")                 # one-liner
+    model = edge_sdk.load(pkg, LoadOptions(variant="int8-onnx")) # full form
+
+``load`` opens and verifies the package, resolves the device profile, selects
+a variant (``model.selection.explain()`` says why), opens a session through
+the backend seam, and checks the manifest against the model's own signature
+before returning. ``predict`` is thread-safe; ``close()`` is idempotent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .backends.base import ModelSource, Session, SessionOptions, all_backend_status, open_session
+from .errors import (
+    ImageError,
+    InputError,
+    SessionClosedError,
+    SignatureMismatchError,
+)
+from .package import ModelPackage, TensorSpec, Variant, default_cache_dir
+from .processing.decoders import Classification, decode_classification
+from .profiles import Detection, DeviceProfile, resolve_profile
+from .selection import Selection, select_variant
+from .validation import InputValidator
+
+_NS = 1e-6  # ns -> ms
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """Everything ``load`` can be told. ``None`` means "from the profile".
+
+    variant: force this variant id. threads / allow_spinning / graph_optimization /
+    providers / delegates: override the profile's runtime settings.
+    measure_backends: when the best precision exists for two backends, time
+    both here (bounded: ``measure_runs`` calls or ``measure_budget_s``) and
+    keep the faster; the result is cached per device and package.
+    min_cosine: refuse variants whose measured cosine to the reference is lower.
+    raw_io: pass/get quantized tensors as stored. root: where /proc and /sys
+    are read from for detection (tests use fake trees).
+    """
+
+    variant: str | None = None
+    threads: int | None = None
+    allow_spinning: bool | None = None
+    graph_optimization: str | None = None
+    providers: tuple[str, ...] | None = None
+    delegates: tuple[str, ...] | None = None
+    cache_dir: Path | None = None
+    raw_io: bool = False
+    measure_backends: bool = True
+    measure_runs: int = 30
+    measure_budget_s: float = 1.0
+    min_cosine: float | None = None
+    root: str = "/"
+
+    def __post_init__(self) -> None:
+        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
+            raise ValueError(f"threads: expected an int >= 1, got {self.threads!r}")
+        if self.measure_runs < 1 or self.measure_budget_s <= 0:
+            raise ValueError("measure_runs must be >= 1 and measure_budget_s > 0")
+        if self.min_cosine is not None and not -1.0 <= self.min_cosine <= 1.0:
+            raise ValueError(f"min_cosine: expected a value in [-1, 1], got {self.min_cosine}")
+
+    def session_options(self, profile: DeviceProfile, cache_dir: Path) -> SessionOptions:
+        rt = profile.runtime
+        return SessionOptions(
+            threads=self.threads if self.threads is not None else rt.threads,
+            allow_spinning=self.allow_spinning if self.allow_spinning is not None else rt.allow_spinning,
+            graph_optimization=self.graph_optimization or rt.graph_optimization,
+            providers=tuple(self.providers) if self.providers is not None else tuple(rt.onnxruntime_providers),
+            delegates=tuple(self.delegates) if self.delegates is not None else tuple(rt.litert_delegates),
+            cache_dir=cache_dir,
+            raw_io=self.raw_io,
+        )
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Milliseconds per stage of one call (``total_ms`` is wall time of the call)."""
+
+    validate_ms: float
+    preprocess_ms: float
+    inference_ms: float
+    decode_ms: float
+    total_ms: float
+
+
+@dataclass(frozen=True)
+class Result:
+    """What one call returns.
+
+    ``outputs``: raw output arrays by name. ``decoded``: for classification, a
+    tuple per batch row of :class:`Classification` (best first); else None.
+    ``batch_size``: rows run in the call that produced this result
+    (``predict_batch`` runs several items at once; timings are the whole call's).
+    """
+
+    outputs: Mapping[str, np.ndarray]
+    decoded: tuple[tuple[Classification, ...], ...] | None
+    timings: Timings
+    variant_id: str
+    backend: str
+    model_name: str
+    model_version: str
+    model_sha256: str
+    batch_size: int = 1
+    transform: Any = None
+
+    @property
+    def top1(self) -> Classification:
+        """Best class of the first row (classification models only)."""
+        if not self.decoded:
+            raise ValueError("this result has no classification (decoder is not 'classification')")
+        return self.decoded[0][0]
+
+    def to_dict(self, *, with_outputs: bool = False) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "model": self.model_name,
+            "version": self.model_version,
+            "variant": self.variant_id,
+            "backend": self.backend,
+            "sha256": self.model_sha256,
+            "timings_ms": self.timings.__dict__.copy(),
+        }
+        if self.decoded is not None:
+            d["classes"] = [[{"index": c.index, "label": c.label, "score": c.score} for c in row] for row in self.decoded]
+        if with_outputs or self.decoded is None:
+            d["outputs"] = {k: {"shape": list(v.shape), "dtype": str(v.dtype), "data": v.tolist()} for k, v in self.outputs.items()}
+        return d
+
+
+class Model:
+    """A loaded model. Use :func:`load`."""
+
+    def __init__(
+        self,
+        package: ModelPackage,
+        variant: Variant,
+        session: Session,
+        selection: Selection,
+        detection: Detection,
+        options: LoadOptions,
+    ) -> None:
+        self.package = package
+        self.manifest = package.manifest
+        self.variant = variant
+        self.selection = selection
+        self.detection = detection
+        self.options = options
+        self._session = session
+        self._inputs = self.manifest.inputs_for(variant)
+        self._outputs = self.manifest.outputs_for(variant)
+        self._validate = InputValidator(self._inputs)
+        self._state_inputs = frozenset(s.input for s in self.manifest.state)
+        dec = self.manifest.decoder
+        self._cls_output = (dec.output or self._outputs[0].name) if dec.kind == "classification" else None
+        self._labels = self.manifest.labels
+        self._meta = (variant.id, session.info.backend, self.manifest.name, self.manifest.version, variant.sha256)
+        self._image_spec = next((s for s in self._inputs if s.preprocess is not None), None)
+        self._close_lock = threading.Lock()
+        self._closed = False
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    @property
+    def session(self) -> Session:
+        return self._session
+
+    @property
+    def inputs(self) -> tuple[TensorSpec, ...]:
+        return self._inputs
+
+    @property
+    def outputs(self) -> tuple[TensorSpec, ...]:
+        return self._outputs
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Release the session. Safe to call more than once."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._session.close()
+
+    def __enter__(self) -> "Model":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Model({self.manifest.name!r} {self.manifest.version}, variant={self.variant.id!r}, backend={self._session.info.backend!r})"
+
+    # -- inference -----------------------------------------------------------------
+
+    def predict(self, inputs: np.ndarray | Mapping[str, np.ndarray], *, top_k: int | None = None) -> Result:
+        """Run on model-ready tensors: one array (single-input model) or a dict
+        name -> array. Validation is strict (dtype, rank, dims within bounds,
+        finite floats, C-contiguous); nothing is cast. Raises InputError
+        subclasses, SessionClosedError, SessionError."""
+        t0 = time.perf_counter_ns()
+        feeds = self._validate(inputs)
+        t1 = time.perf_counter_ns()
+        return self._finish(feeds, t0, t1, top_k, None)
+
+    def predict_image(self, image: np.ndarray | str | Path, *, color: str = "RGB", top_k: int | None = None) -> Result:
+        """Run on an image (HxWx3 uint8 array in ``color`` order, or a file path),
+        preprocessed as the manifest declares (resize, colour, mean/std, layout, dtype)."""
+        from .processing.image import load_image, preprocess_image
+
+        if self._image_spec is None:
+            raise ImageError(f"model {self.manifest.name} declares no image input; use predict() with tensors")
+        if len(self._inputs) - len(self._state_inputs) != 1:
+            raise ImageError("predict_image supports models with one (non-state) input")
+        t0 = time.perf_counter_ns()
+        if isinstance(image, (str, Path)):
+            image = load_image(image)
+            color = "RGB"
+        x, tf = preprocess_image(image, self._image_spec, color=color)
+        t1 = time.perf_counter_ns()
+        feeds = self._validate({self._image_spec.name: x})
+        t2 = time.perf_counter_ns()
+        return self._finish(feeds, t0, t2, top_k, tf, pre_ns=t1 - t0)
+
+    def _finish(
+        self,
+        feeds: dict[str, np.ndarray],
+        t0: int,
+        t_ready: int,
+        top_k: int | None,
+        transform: Any,
+        pre_ns: int = 0,
+        batch: int = 1,
+    ) -> Result:
+        outs = self._session.run(feeds)
+        t2 = time.perf_counter_ns()
+        decoded = None
+        if self._cls_output is not None:
+            dec = self.manifest.decoder
+            decoded = decode_classification(outs[self._cls_output], self._labels, top_k=top_k or dec.top_k, apply_softmax=dec.softmax)
+        t3 = time.perf_counter_ns()
+        vid, backend, name, version, sha = self._meta
+        return Result(
+            outs,
+            decoded,
+            Timings((t_ready - t0 - pre_ns) * _NS, pre_ns * _NS, (t2 - t_ready) * _NS, (t3 - t2) * _NS, (t3 - t0) * _NS),
+            vid,
+            backend,
+            name,
+            version,
+            sha,
+            batch,
+            transform,
+        )
+
+    def predict_batch(self, items: Sequence[np.ndarray | Mapping[str, np.ndarray]], *, top_k: int | None = None) -> list[Result]:
+        """Run several single-row items. Each is validated like ``predict``; when
+        the model's batch dim (axis 0 of every input) is dynamic, rows are stacked
+        into calls of up to its upper bound, else run one by one. One Result per
+        item, in order; ``Result.batch_size`` says how many rows shared the call."""
+        if not items:
+            raise InputError("predict_batch: expected at least one item, got an empty sequence")
+        max_b = self._max_batch()
+        if max_b <= 1:
+            return [self.predict(x, top_k=top_k) for x in items]
+        results: list[Result] = []
+        for start in range(0, len(items), max_b):
+            chunk = items[start : start + max_b]
+            t0 = time.perf_counter_ns()
+            fed = [self._validate(x) for x in chunk]
+            for i, f in enumerate(fed):
+                for k, v in f.items():
+                    if v.shape[0] != 1:
+                        raise InputError(f"predict_batch item {start + i}: input {k!r} must have batch 1, got shape {v.shape}")
+            feeds = {k: np.concatenate([f[k] for f in fed], axis=0) for k in fed[0]}
+            t1 = time.perf_counter_ns()
+            r = self._finish(feeds, t0, t1, top_k, None, batch=len(chunk))
+            for i in range(len(chunk)):
+                results.append(
+                    replace(
+                        r,
+                        outputs={k: v[i : i + 1] for k, v in r.outputs.items()},
+                        decoded=(r.decoded[i],) if r.decoded is not None else None,
+                    )
+                )
+        return results
+
+    def _max_batch(self) -> int:
+        hi = None
+        for s in self._inputs:
+            d = s.shape[0] if s.shape else 1
+            if isinstance(d, int):
+                return 1
+            b = s.bounds(d)
+            hi = b[1] if b else 1
+        return hi or 1
+
+    def stream(self) -> "Stream":
+        """Per-stream state for streaming models (manifest ``state`` pairs)."""
+        if self._closed:
+            raise SessionClosedError("model is closed")
+        return Stream(self)
+
+    # -- description ---------------------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        info = self._session.info
+        return {
+            "model": self.manifest.name,
+            "version": self.manifest.version,
+            "variant": self.variant.id,
+            "precision": self.variant.precision,
+            "sha256": self.variant.sha256,
+            "backend": info.backend,
+            "runtime": f"{info.runtime} {info.runtime_version}",
+            "threads": info.threads,
+            "providers": list(info.providers_used),
+            "delegates": list(info.delegates_used),
+            "notes": list(info.notes),
+            "optimized_cache": info.optimized_cache,
+            "session_create_ms": round(info.create_ms, 2),
+            "profile": self.detection.profile.name,
+            "selection": self.selection.to_dict(),
+        }
+
+
+class Stream:
+    """Carries state tensors between calls of a streaming model.
+
+    ``predict(x)`` takes the non-state inputs; state inputs are fed from the
+    previous call's paired outputs (initially filled with ``initial``).
+    One Stream per source keeps their state apart; ``reset()`` starts over.
+    """
+
+    def __init__(self, model: Model) -> None:
+        self._model = model
+        self._pairs = model.manifest.state
+        self._specs = {s.name: s for s in model.inputs}
+        self._lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        with self._lock:
+            self._state = {
+                p.input: np.full(self._specs[p.input].min_shape(), p.initial, dtype=self._specs[p.input].dtype) for p in self._pairs
+            }
+
+    @property
+    def state(self) -> dict[str, np.ndarray]:
+        return {k: v.copy() for k, v in self._state.items()}
+
+    def predict(self, inputs: np.ndarray | Mapping[str, np.ndarray], *, top_k: int | None = None) -> Result:
+        m = self._model
+        with self._lock:
+            t0 = time.perf_counter_ns()
+            if isinstance(inputs, Mapping):
+                given = [k for k in inputs if k in m._state_inputs]
+                if given:
+                    raise InputError(f"state input(s) {given} are fed by the stream; pass only {[n for n in m._validate.names if n not in m._state_inputs]}")
+            feeds = m._validate(inputs, skip=m._state_inputs)
+            feeds.update(self._state)
+            t1 = time.perf_counter_ns()
+            r = m._finish(feeds, t0, t1, top_k, None)
+            self._state = {p.input: np.ascontiguousarray(r.outputs[p.output]) for p in self._pairs}
+            return r
+
+
+# ------------------------------------------------------------------------------
+# loading
+
+
+def _signature_check(v: Variant, specs_in: Sequence[TensorSpec], specs_out: Sequence[TensorSpec], session: Session) -> None:
+    """The manifest must agree with the model's own signature (names, dtypes,
+    ranks, fixed dims). Raises SignatureMismatchError listing every difference."""
+    problems: list[str] = []
+    for kind, specs, infos in (("input", specs_in, session.inputs), ("output", specs_out, session.outputs)):
+        by_name = {i.name: i for i in infos}
+        declared = {s.name for s in specs}
+        if set(by_name) != declared:
+            problems.append(f"{kind} names: manifest {sorted(declared)}, model {sorted(by_name)}")
+            continue
+        for s in specs:
+            i = by_name[s.name]
+            if i.dtype != s.dtype:
+                problems.append(f"{kind} {s.name!r} dtype: manifest {s.dtype}, model {i.dtype}")
+            if len(i.shape) != len(s.shape):
+                problems.append(f"{kind} {s.name!r} rank: manifest {len(s.shape)} {list(s.shape)}, model {len(i.shape)} {list(i.shape)}")
+                continue
+            for ax, (md, sd) in enumerate(zip(i.shape, s.shape)):
+                if isinstance(md, int) and isinstance(sd, int) and md != sd:
+                    problems.append(f"{kind} {s.name!r} dim {ax}: manifest {sd}, model {md}")
+                elif isinstance(md, int) and not isinstance(sd, int) and kind == "input":
+                    b = s.bounds(sd)
+                    if b and (b[0] != md or b[1] != md):
+                        problems.append(f"{kind} {s.name!r} dim {ax}: manifest says dynamic {sd} in {list(b)}, model fixes it at {md}")
+    if problems:
+        raise SignatureMismatchError(f"variant {v.id}: manifest disagrees with the model: " + "; ".join(problems))
+
+
+def _random_feeds(specs: Sequence[TensorSpec], seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for s in specs:
+        shape = s.min_shape()
+        if s.dtype.startswith("float"):
+            out[s.name] = rng.standard_normal(shape).astype(s.dtype)
+        else:
+            out[s.name] = np.zeros(shape, dtype=s.dtype)
+    return out
+
+
+def _time_session(session: Session, feeds: Mapping[str, np.ndarray], runs: int, budget_s: float) -> float:
+    """Median ms of up to ``runs`` calls within ``budget_s`` (after 2 warm-ups)."""
+    for _ in range(2):
+        session.run(feeds)
+    times = []
+    deadline = time.perf_counter() + budget_s
+    for _ in range(runs):
+        t = time.perf_counter_ns()
+        session.run(feeds)
+        times.append((time.perf_counter_ns() - t) * _NS)
+        if time.perf_counter() > deadline:
+            break
+    return float(np.median(times))
+
+
+def _open(pkg: ModelPackage, v: Variant, sopts: SessionOptions) -> Session:
+    vm = pkg.read_verified(v)
+    src = ModelSource(data=vm.data, path=vm.path, sha256=vm.sha256, has_external_data=bool(v.external_data))
+    session = open_session(v.backend, src, sopts)
+    try:
+        _signature_check(v, pkg.manifest.inputs_for(v), pkg.manifest.outputs_for(v), session)
+    except BaseException:
+        session.close()
+        raise
+    return session
+
+
+def load(
+    package: str | os.PathLike[str] | ModelPackage,
+    profile: str | os.PathLike[str] | DeviceProfile | None = None,
+    options: LoadOptions | None = None,
+    **overrides: Any,
+) -> Model:
+    """Open ``package`` and pick the variant and backend for ``profile``.
+
+    ``profile``: a DeviceProfile, a bundled profile name or a .toml path; by
+    default ``$EDGE_SDK_PROFILE`` or the detected device. ``options`` and/or
+    keyword overrides are :class:`LoadOptions` fields (an unknown keyword is a
+    TypeError). Raises ModelPackageError subclasses, ProfileError,
+    SelectionError, BackendError subclasses.
+    """
+    opts = replace(options or LoadOptions(), **overrides) if overrides else (options or LoadOptions())
+    cache = Path(opts.cache_dir) if opts.cache_dir else default_cache_dir()
+    pkg = package if isinstance(package, ModelPackage) else ModelPackage.open(package, cache_dir=cache)
+    detection = resolve_profile(profile, root=opts.root)
+    statuses = all_backend_status()
+    sel = select_variant(
+        pkg.manifest,
+        detection.profile,
+        statuses,
+        memory_budget_mb=detection.memory_budget_mb,
+        variant=opts.variant,
+        min_cosine=opts.min_cosine,
+    )
+    sopts = opts.session_options(detection.profile, cache)
+    tied = sel.tied
+    if tied and opts.measure_backends:
+        sel, session = _measure(pkg, sel, tied, sopts, opts, cache, detection.profile.name)
+    else:
+        session = _open(pkg, pkg.manifest.variant(sel.variant_id), sopts)
+    return Model(pkg, pkg.manifest.variant(sel.variant_id), session, sel, detection, opts)
+
+
+def _measure(
+    pkg: ModelPackage, sel: Selection, tied: tuple[Any, ...], sopts: SessionOptions, opts: LoadOptions, cache: Path, profile: str
+) -> tuple[Selection, Session]:
+    """Time the tied candidates on this device (or reuse a cached measurement)."""
+    ids = [sel.chosen.variant_id] + [c.variant_id for c in tied]
+    variants = [pkg.manifest.variant(i) for i in ids]
+    key = hashlib.sha256(
+        json.dumps([profile, sopts.threads, sopts.providers, sopts.delegates, [(v.id, v.sha256) for v in variants], _runtime_versions()]).encode()
+    ).hexdigest()[:24]
+    store = cache / "selection.json"
+    try:
+        known = json.loads(store.read_text())
+    except (OSError, ValueError):
+        known = {}
+    entry = known.get(key)
+    if isinstance(entry, dict) and set(entry) == set(ids):
+        sel = sel.with_measurement(entry, "cached measurement on this device")
+        return sel, _open(pkg, pkg.manifest.variant(sel.variant_id), sopts)
+    sessions: dict[str, Session] = {}
+    timings: dict[str, float] = {}
+    try:
+        for v in variants:
+            s = _open(pkg, v, sopts)
+            sessions[v.id] = s
+            timings[v.id] = _time_session(s, _random_feeds(pkg.manifest.inputs_for(v)), opts.measure_runs, opts.measure_budget_s)
+    except BaseException:
+        for s in sessions.values():
+            s.close()
+        raise
+    sel = sel.with_measurement(timings, f"{opts.measure_runs} runs max on this device")
+    for vid, s in sessions.items():
+        if vid != sel.variant_id:
+            s.close()
+    known[key] = timings
+    try:
+        store.parent.mkdir(parents=True, exist_ok=True)
+        tmp = store.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(known, indent=1))
+        os.replace(tmp, store)
+    except OSError:
+        pass  # a read-only cache only costs a re-measurement next time
+    return sel, sessions[sel.variant_id]
+
+
+def _runtime_versions() -> list[str]:
+    return [f"{n}={s.version}" for n, s in sorted(all_backend_status().items())]

@@ -1,0 +1,908 @@
+"""Model packages: manifest, variants, digests and containment.
+
+A package is a folder holding ``edge-model.toml`` and the files it names, or a
+``.zip`` / ``.tar`` / ``.tar.gz`` of such a folder (read-only: it is extracted,
+member by member and after checks, into the package cache).
+
+Opening a package (:meth:`ModelPackage.open`) parses and validates the
+manifest, checks that every path stays inside the package, refuses pickles,
+and verifies the sha256 and size of every file a runtime could read — before
+any runtime is involved.  :meth:`ModelPackage.read_verified` reads a variant's
+bytes once and checks them again, so the bytes handed to a runtime are the
+bytes that were verified (no time-of-check/time-of-use gap).
+
+Example::
+
+    pkg = ModelPackage.open("shapes-classifier/")
+    for v in pkg.manifest.variants:
+        print(v.id, v.backend, v.precision, v.size)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import tarfile
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Iterable, Mapping
+
+from . import _toml
+from ._modelfile import inspect_tflite, scan_onnx, sniff_format
+from .errors import (
+    IntegrityError,
+    ManifestError,
+    ModelFormatError,
+    UnsafePackageError,
+)
+
+MANIFEST_NAME = "edge-model.toml"
+SCHEMA_VERSION = 1
+
+DTYPES = ("float32", "float16", "float64", "int8", "uint8", "int16", "uint16", "int32", "int64", "bool")
+PRECISIONS = ("fp32", "fp16", "int8", "int4")
+BACKENDS = ("onnxruntime", "litert")
+BACKEND_FORMATS = {"onnxruntime": "onnx", "litert": "tflite"}
+LAYOUTS = ("NCHW", "NHWC", "NC", "NLC", "NCL")
+RESIZE_MODES = ("stretch", "letterbox", "center_crop")
+COLOR_ORDERS = ("RGB", "BGR", "GRAY")
+DECODERS = ("raw", "classification")
+TASKS = ("classification", "detection", "segmentation", "embedding", "audio", "raw")
+
+# Extensions that only ever hold pickled Python objects (arbitrary code on load).
+PICKLE_SUFFIXES = (".pkl", ".pickle", ".pt", ".pth", ".joblib", ".ckpt")
+MAX_ARCHIVE_BYTES = 8 * 1024**3
+MAX_ARCHIVE_MEMBERS = 10_000
+
+
+def default_cache_dir() -> Path:
+    """``$EDGE_SDK_CACHE`` or ``$XDG_CACHE_HOME/edge_sdk`` or ``~/.cache/edge_sdk``."""
+    env = os.environ.get("EDGE_SDK_CACHE")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "edge_sdk"
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(chunk)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------
+# manifest types
+
+
+def _req(d: Mapping[str, Any], key: str, typ: type | tuple[type, ...], where: str) -> Any:
+    if key not in d:
+        raise ManifestError(f"{where}: missing required key '{key}'")
+    return _typed(d[key], typ, f"{where}.{key}")
+
+
+def _opt(d: Mapping[str, Any], key: str, typ: type | tuple[type, ...], where: str, default: Any = None) -> Any:
+    if key not in d:
+        return default
+    return _typed(d[key], typ, f"{where}.{key}")
+
+
+def _typed(v: Any, typ: type | tuple[type, ...], where: str) -> Any:
+    # bool is an int subclass: never accept it where a number is expected
+    if isinstance(v, bool) and bool not in (typ if isinstance(typ, tuple) else (typ,)):
+        raise ManifestError(f"{where}: expected {_tname(typ)}, got bool {v!r}")
+    if not isinstance(v, typ):
+        raise ManifestError(f"{where}: expected {_tname(typ)}, got {type(v).__name__} {v!r}")
+    return v
+
+
+def _tname(typ: type | tuple[type, ...]) -> str:
+    if isinstance(typ, tuple):
+        return " or ".join(t.__name__ for t in typ)
+    return typ.__name__
+
+
+def _no_unknown(d: Mapping[str, Any], allowed: Iterable[str], where: str) -> None:
+    extra = sorted(set(d) - set(allowed))
+    if extra:
+        raise ManifestError(f"{where}: unknown key(s) {extra}; allowed: {sorted(allowed)}")
+
+
+def _choice(v: str, choices: Iterable[str], where: str) -> str:
+    choices = tuple(choices)
+    if v not in choices:
+        raise ManifestError(f"{where}: expected one of {list(choices)}, got {v!r}")
+    return v
+
+
+def _hex64(v: str, where: str) -> str:
+    if len(v) != 64 or any(c not in "0123456789abcdef" for c in v):
+        raise ManifestError(f"{where}: expected 64 lower-case hex digits (sha256), got {v!r}")
+    return v
+
+
+@dataclass(frozen=True)
+class ImagePreprocess:
+    """How an image becomes this input tensor.
+
+    ``size_hw`` is the model's (height, width) in pixels. ``color`` is the
+    channel order the model wants. Float inputs get ``x * scale``, then
+    ``(x - mean) / std`` per channel; uint8 inputs get the resized pixels as
+    they are; int8 inputs get ``pixel - 128``.
+    """
+
+    size_hw: tuple[int, int]
+    resize: str = "stretch"
+    color: str = "RGB"
+    scale: float = 1.0 / 255.0
+    mean: tuple[float, ...] = (0.0, 0.0, 0.0)
+    std: tuple[float, ...] = (1.0, 1.0, 1.0)
+    pad_value: int = 114
+    crop_fraction: float = 0.875
+
+    @property
+    def channels(self) -> int:
+        return 1 if self.color == "GRAY" else 3
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: str) -> "ImagePreprocess":
+        _no_unknown(d, ("kind", "size_hw", "resize", "color", "scale", "mean", "std", "pad_value", "crop_fraction"), where)
+        kind = _req(d, "kind", str, where)
+        _choice(kind, ("image",), f"{where}.kind")
+        size = _req(d, "size_hw", list, where)
+        if len(size) != 2 or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in size):
+            raise ManifestError(f"{where}.size_hw: expected [height, width] positive ints, got {size!r}")
+        color = _choice(_opt(d, "color", str, where, "RGB"), COLOR_ORDERS, f"{where}.color")
+        n = 1 if color == "GRAY" else 3
+        mean = tuple(float(_typed(x, (int, float), f"{where}.mean")) for x in _opt(d, "mean", list, where, [0.0] * n))
+        std = tuple(float(_typed(x, (int, float), f"{where}.std")) for x in _opt(d, "std", list, where, [1.0] * n))
+        if len(mean) != n or len(std) != n:
+            raise ManifestError(f"{where}: mean/std need {n} values for color {color}, got {len(mean)}/{len(std)}")
+        if any(s == 0 for s in std):
+            raise ManifestError(f"{where}.std: values must be non-zero, got {list(std)}")
+        crop = float(_opt(d, "crop_fraction", (int, float), where, 0.875))
+        if not 0 < crop <= 1:
+            raise ManifestError(f"{where}.crop_fraction: expected 0 < f <= 1, got {crop}")
+        pad = _opt(d, "pad_value", int, where, 114)
+        if not 0 <= pad <= 255:
+            raise ManifestError(f"{where}.pad_value: expected 0..255, got {pad}")
+        return cls(
+            size_hw=(size[0], size[1]),
+            resize=_choice(_opt(d, "resize", str, where, "stretch"), RESIZE_MODES, f"{where}.resize"),
+            color=color,
+            scale=float(_opt(d, "scale", (int, float), where, 1.0 / 255.0)),
+            mean=mean,
+            std=std,
+            pad_value=pad,
+            crop_fraction=crop,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": "image",
+            "size_hw": list(self.size_hw),
+            "resize": self.resize,
+            "color": self.color,
+            "scale": self.scale,
+            "mean": list(self.mean),
+            "std": list(self.std),
+            "pad_value": self.pad_value,
+            "crop_fraction": self.crop_fraction,
+        }
+
+
+Dim = int | str
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A declared model input or output.
+
+    ``shape`` holds ints for fixed dims and names for dynamic ones; every
+    dynamic dim of an *input* must have inclusive bounds in ``dim_bounds``
+    (name -> (min, max)).
+    """
+
+    name: str
+    dtype: str
+    shape: tuple[Dim, ...]
+    layout: str | None = None
+    dim_bounds: tuple[tuple[str, int, int], ...] = ()
+    preprocess: ImagePreprocess | None = None
+
+    def bounds(self, dim: str) -> tuple[int, int] | None:
+        for n, lo, hi in self.dim_bounds:
+            if n == dim:
+                return lo, hi
+        return None
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def min_shape(self) -> tuple[int, ...]:
+        """The smallest concrete shape this spec admits (dynamic dims at their minimum)."""
+        out = []
+        for d in self.shape:
+            if isinstance(d, int):
+                out.append(d)
+            else:
+                b = self.bounds(d)
+                out.append(b[0] if b else 1)
+        return tuple(out)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: str, *, is_input: bool) -> "TensorSpec":
+        _no_unknown(d, ("name", "dtype", "shape", "layout", "dims", "preprocess"), where)
+        name = _req(d, "name", str, where)
+        where = f"{where}[{name}]"
+        dtype = _choice(_req(d, "dtype", str, where), DTYPES, f"{where}.dtype")
+        raw_shape = _req(d, "shape", list, where)
+        shape: list[Dim] = []
+        for i, s in enumerate(raw_shape):
+            if isinstance(s, bool) or not isinstance(s, (int, str)):
+                raise ManifestError(f"{where}.shape[{i}]: expected int or dim name, got {s!r}")
+            if isinstance(s, int) and s <= 0:
+                raise ManifestError(f"{where}.shape[{i}]: fixed dims must be > 0, got {s}")
+            shape.append(s)
+        bounds_d = _opt(d, "dims", dict, where, {})
+        bounds: list[tuple[str, int, int]] = []
+        for dn, b in bounds_d.items():
+            if dn not in shape:
+                raise ManifestError(f"{where}.dims.{dn}: not a dynamic dim of shape {raw_shape}")
+            if not (isinstance(b, list) and len(b) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in b)):
+                raise ManifestError(f"{where}.dims.{dn}: expected [min, max] ints, got {b!r}")
+            if not 1 <= b[0] <= b[1]:
+                raise ManifestError(f"{where}.dims.{dn}: expected 1 <= min <= max, got {b}")
+            bounds.append((dn, b[0], b[1]))
+        if is_input:
+            unbounded = [s for s in shape if isinstance(s, str) and s not in bounds_d]
+            if unbounded:
+                raise ManifestError(
+                    f"{where}: dynamic dim(s) {unbounded} need bounds under 'dims' (e.g. dims = {{ {unbounded[0]} = [1, 8] }})"
+                )
+        layout = _opt(d, "layout", str, where)
+        if layout is not None:
+            _choice(layout, LAYOUTS, f"{where}.layout")
+            if len(layout) != len(shape):
+                raise ManifestError(f"{where}.layout: {layout} has {len(layout)} axes, shape has {len(shape)}")
+        pre = None
+        if "preprocess" in d:
+            if not is_input:
+                raise ManifestError(f"{where}.preprocess: only inputs can declare preprocessing")
+            pre = ImagePreprocess.from_dict(_typed(d["preprocess"], dict, f"{where}.preprocess"), f"{where}.preprocess")
+            if layout not in ("NCHW", "NHWC"):
+                raise ManifestError(f"{where}: image preprocessing needs layout NCHW or NHWC, got {layout!r}")
+            h_ax, w_ax, c_ax = (2, 3, 1) if layout == "NCHW" else (1, 2, 3)
+            want = (pre.size_hw[0], pre.size_hw[1], pre.channels)
+            got = (shape[h_ax], shape[w_ax], shape[c_ax])
+            if got != want:
+                raise ManifestError(f"{where}: preprocess size_hw/color give (H, W, C) = {want}, shape {raw_shape} has {got}")
+        return cls(name=name, dtype=dtype, shape=tuple(shape), layout=layout, dim_bounds=tuple(bounds), preprocess=pre)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
+        if self.layout:
+            d["layout"] = self.layout
+        if self.dim_bounds:
+            d["dims"] = {n: [lo, hi] for n, lo, hi in self.dim_bounds}
+        if self.preprocess:
+            d["preprocess"] = self.preprocess.to_dict()
+        return d
+
+
+@dataclass(frozen=True)
+class DecoderSpec:
+    """``classification``: softmax (unless the output already is probabilities)
+    and top-k with labels over ``output``. ``raw``: outputs as they are."""
+
+    kind: str = "raw"
+    output: str | None = None
+    softmax: bool = True
+    top_k: int = 5
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: str) -> "DecoderSpec":
+        _no_unknown(d, ("kind", "output", "softmax", "top_k"), where)
+        top_k = _opt(d, "top_k", int, where, 5)
+        if top_k < 1:
+            raise ManifestError(f"{where}.top_k: expected >= 1, got {top_k}")
+        return cls(
+            kind=_choice(_req(d, "kind", str, where), DECODERS, f"{where}.kind"),
+            output=_opt(d, "output", str, where),
+            softmax=_opt(d, "softmax", bool, where, True),
+            top_k=top_k,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "output": self.output, "softmax": self.softmax, "top_k": self.top_k}
+
+
+@dataclass(frozen=True)
+class StatePair:
+    """For streaming models: ``output`` of one call feeds ``input`` of the next."""
+
+    input: str
+    output: str
+    initial: float = 0.0
+
+
+@dataclass(frozen=True)
+class FileRef:
+    """A file inside the package with its digest and size (bytes)."""
+
+    file: str
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class Quality:
+    """How a variant compares with the reference variant on ``dataset``."""
+
+    reference: str | None = None
+    cosine: float | None = None
+    top1_agreement: float | None = None
+    metric: str | None = None
+    value: float | None = None
+    dataset: str | None = None
+    samples: int | None = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: str) -> "Quality":
+        _no_unknown(d, ("reference", "cosine", "top1_agreement", "metric", "value", "dataset", "samples"), where)
+
+        def num(k: str) -> float | None:
+            v = _opt(d, k, (int, float), where)
+            return None if v is None else float(v)
+
+        return cls(
+            reference=_opt(d, "reference", str, where),
+            cosine=num("cosine"),
+            top1_agreement=num("top1_agreement"),
+            metric=_opt(d, "metric", str, where),
+            value=num("value"),
+            dataset=_opt(d, "dataset", str, where),
+            samples=_opt(d, "samples", int, where),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One runnable file of the model: backend, precision, digest, quality.
+
+    ``inputs``/``outputs`` override the package-level specs for this variant
+    (e.g. a TFLite variant in NHWC layout next to an ONNX one in NCHW).
+    """
+
+    id: str
+    file: str
+    backend: str
+    precision: str
+    sha256: str
+    size: int
+    reference: bool = False
+    external_data: tuple[FileRef, ...] = ()
+    inputs: tuple[TensorSpec, ...] | None = None
+    outputs: tuple[TensorSpec, ...] | None = None
+    quality: Quality | None = None
+
+    @property
+    def format(self) -> str:
+        return BACKEND_FORMATS[self.backend]
+
+    @property
+    def total_size(self) -> int:
+        return self.size + sum(f.size for f in self.external_data)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: str) -> "Variant":
+        _no_unknown(
+            d,
+            ("id", "file", "backend", "precision", "sha256", "size", "reference", "external_data", "inputs", "outputs", "quality"),
+            where,
+        )
+        vid = _req(d, "id", str, where)
+        where = f"{where}[{vid}]"
+        ext = []
+        for i, e in enumerate(_opt(d, "external_data", list, where, [])):
+            w = f"{where}.external_data[{i}]"
+            e = _typed(e, dict, w)
+            _no_unknown(e, ("file", "sha256", "size"), w)
+            ext.append(FileRef(_req(e, "file", str, w), _hex64(_req(e, "sha256", str, w), f"{w}.sha256"), _req(e, "size", int, w)))
+        ins = outs = None
+        if "inputs" in d:
+            ins = tuple(
+                TensorSpec.from_dict(_typed(x, dict, f"{where}.inputs"), f"{where}.inputs", is_input=True) for x in _typed(d["inputs"], list, f"{where}.inputs")
+            )
+        if "outputs" in d:
+            outs = tuple(
+                TensorSpec.from_dict(_typed(x, dict, f"{where}.outputs"), f"{where}.outputs", is_input=False)
+                for x in _typed(d["outputs"], list, f"{where}.outputs")
+            )
+        size = _req(d, "size", int, where)
+        if size <= 0:
+            raise ManifestError(f"{where}.size: expected > 0 bytes, got {size}")
+        return cls(
+            id=vid,
+            file=_req(d, "file", str, where),
+            backend=_choice(_req(d, "backend", str, where), BACKENDS, f"{where}.backend"),
+            precision=_choice(_req(d, "precision", str, where), PRECISIONS, f"{where}.precision"),
+            sha256=_hex64(_req(d, "sha256", str, where), f"{where}.sha256"),
+            size=size,
+            reference=_opt(d, "reference", bool, where, False),
+            external_data=tuple(ext),
+            inputs=ins,
+            outputs=outs,
+            quality=Quality.from_dict(_typed(d["quality"], dict, f"{where}.quality"), f"{where}.quality") if "quality" in d else None,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "id": self.id,
+            "file": self.file,
+            "backend": self.backend,
+            "precision": self.precision,
+            "sha256": self.sha256,
+            "size": self.size,
+        }
+        if self.reference:
+            d["reference"] = True
+        if self.external_data:
+            d["external_data"] = [f.__dict__.copy() for f in self.external_data]
+        if self.inputs is not None:
+            d["inputs"] = [t.to_dict() for t in self.inputs]
+        if self.outputs is not None:
+            d["outputs"] = [t.to_dict() for t in self.outputs]
+        if self.quality is not None:
+            d["quality"] = self.quality.to_dict()
+        return d
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The parsed ``edge-model.toml`` (see docs/ARCHITECTURE.md for the schema)."""
+
+    name: str
+    version: str
+    task: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    variants: tuple[Variant, ...]
+    decoder: DecoderSpec = field(default_factory=DecoderSpec)
+    labels: tuple[str, ...] = ()
+    state: tuple[StatePair, ...] = ()
+    description: str = ""
+    schema: int = SCHEMA_VERSION
+
+    def variant(self, vid: str) -> Variant:
+        for v in self.variants:
+            if v.id == vid:
+                return v
+        raise KeyError(vid)
+
+    def inputs_for(self, v: Variant) -> tuple[TensorSpec, ...]:
+        return v.inputs if v.inputs is not None else self.inputs
+
+    def outputs_for(self, v: Variant) -> tuple[TensorSpec, ...]:
+        return v.outputs if v.outputs is not None else self.outputs
+
+    @property
+    def reference_variant(self) -> Variant:
+        for v in self.variants:
+            if v.reference:
+                return v
+        return self.variants[0]
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], source: str = MANIFEST_NAME) -> "Manifest":
+        w = source
+        _no_unknown(d, ("schema", "name", "version", "task", "description", "inputs", "outputs", "decoder", "labels", "state", "variants"), w)
+        schema = _req(d, "schema", int, w)
+        if schema != SCHEMA_VERSION:
+            raise ManifestError(f"{w}.schema: this edge_sdk reads schema {SCHEMA_VERSION}, got {schema}")
+        ins = tuple(TensorSpec.from_dict(_typed(x, dict, f"{w}.inputs"), f"{w}.inputs", is_input=True) for x in _req(d, "inputs", list, w))
+        outs = tuple(
+            TensorSpec.from_dict(_typed(x, dict, f"{w}.outputs"), f"{w}.outputs", is_input=False) for x in _req(d, "outputs", list, w)
+        )
+        if not ins or not outs:
+            raise ManifestError(f"{w}: needs at least one input and one output")
+        variants = tuple(Variant.from_dict(_typed(x, dict, f"{w}.variants"), f"{w}.variants") for x in _req(d, "variants", list, w))
+        if not variants:
+            raise ManifestError(f"{w}.variants: at least one variant is required")
+        labels = tuple(_typed(x, str, f"{w}.labels") for x in _opt(d, "labels", list, w, []))
+        decoder = DecoderSpec.from_dict(_typed(d["decoder"], dict, f"{w}.decoder"), f"{w}.decoder") if "decoder" in d else DecoderSpec()
+        state = []
+        for i, s in enumerate(_opt(d, "state", list, w, [])):
+            ws = f"{w}.state[{i}]"
+            s = _typed(s, dict, ws)
+            _no_unknown(s, ("input", "output", "initial"), ws)
+            state.append(StatePair(_req(s, "input", str, ws), _req(s, "output", str, ws), float(_opt(s, "initial", (int, float), ws, 0.0))))
+        m = cls(
+            name=_req(d, "name", str, w),
+            version=_req(d, "version", str, w),
+            task=_choice(_req(d, "task", str, w), TASKS, f"{w}.task"),
+            description=_opt(d, "description", str, w, ""),
+            inputs=ins,
+            outputs=outs,
+            variants=variants,
+            decoder=decoder,
+            labels=labels,
+            state=tuple(state),
+            schema=schema,
+        )
+        m._check_cross(w)
+        return m
+
+    def _check_cross(self, w: str) -> None:
+        """Every rule that spans several fields, in one place."""
+        ids = [v.id for v in self.variants]
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        if dup:
+            raise ManifestError(f"{w}.variants: duplicate id(s) {dup}")
+        if sum(v.reference for v in self.variants) > 1:
+            raise ManifestError(f"{w}.variants: at most one variant may be the reference")
+        for v in self.variants:
+            vin, vout = self.inputs_for(v), self.outputs_for(v)
+            for kind, specs in (("inputs", vin), ("outputs", vout)):
+                names = [s.name for s in specs]
+                if len(set(names)) != len(names):
+                    raise ManifestError(f"{w}: variant {v.id} has duplicate {kind} names {names}")
+            if {s.name for s in vin} != {s.name for s in self.inputs} or {s.name for s in vout} != {s.name for s in self.outputs}:
+                raise ManifestError(
+                    f"{w}: variant {v.id} overrides must keep the package's tensor names "
+                    f"(inputs {[s.name for s in self.inputs]}, outputs {[s.name for s in self.outputs]})"
+                )
+        out_names = {s.name for s in self.outputs}
+        in_names = {s.name for s in self.inputs}
+        if self.decoder.kind == "classification":
+            if self.decoder.output is None and len(self.outputs) != 1:
+                raise ManifestError(f"{w}.decoder.output: required when the model has {len(self.outputs)} outputs")
+            if self.decoder.output is not None and self.decoder.output not in out_names:
+                raise ManifestError(f"{w}.decoder.output: {self.decoder.output!r} is not an output {sorted(out_names)}")
+        for s in self.state:
+            if s.input not in in_names or s.output not in out_names:
+                raise ManifestError(f"{w}.state: pair {s.input}<-{s.output} must name an input and an output")
+            a = next(t for t in self.inputs if t.name == s.input)
+            b = next(t for t in self.outputs if t.name == s.output)
+            if a.dtype != b.dtype or len(a.shape) != len(b.shape):
+                raise ManifestError(
+                    f"{w}.state: {s.input} ({a.dtype}, rank {len(a.shape)}) and {s.output} ({b.dtype}, rank {len(b.shape)}) must match"
+                )
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "schema": self.schema,
+            "name": self.name,
+            "version": self.version,
+            "task": self.task,
+        }
+        if self.description:
+            d["description"] = self.description
+        if self.labels:
+            d["labels"] = list(self.labels)
+        d["decoder"] = self.decoder.to_dict()
+        d["inputs"] = [t.to_dict() for t in self.inputs]
+        d["outputs"] = [t.to_dict() for t in self.outputs]
+        if self.state:
+            d["state"] = [{"input": s.input, "output": s.output, "initial": s.initial} for s in self.state]
+        d["variants"] = [v.to_dict() for v in self.variants]
+        return d
+
+    def to_toml(self) -> str:
+        return _toml.dumps(self.to_dict())
+
+
+# --------------------------------------------------------------------------
+# paths and archives
+
+
+def _check_relpath(rel: str, what: str) -> PurePosixPath:
+    """A manifest path must be relative, POSIX, and free of '..'."""
+    if not rel or "\x00" in rel or "\\" in rel:
+        raise UnsafePackageError(f"{what}: path {rel!r} must be a non-empty relative POSIX path")
+    p = PurePosixPath(rel)
+    if p.is_absolute() or rel.startswith("/"):
+        raise UnsafePackageError(f"{what}: absolute path {rel!r} is not allowed; paths are relative to the package")
+    if any(part == ".." for part in p.parts):
+        raise UnsafePackageError(f"{what}: path {rel!r} contains '..' and would escape the package")
+    return p
+
+
+def _contained(root: Path, rel: str, what: str) -> Path:
+    """Resolve ``rel`` under ``root`` (following symlinks) and refuse escapes."""
+    p = _check_relpath(rel, what)
+    target = root.joinpath(*p.parts)
+    real = Path(os.path.realpath(target))
+    root_real = Path(os.path.realpath(root))
+    if real != root_real and root_real not in real.parents:
+        raise UnsafePackageError(f"{what}: {rel!r} resolves to {real}, outside the package {root_real} (symlink out?)")
+    return real
+
+
+def _looks_pickled(head: bytes) -> bool:
+    return len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5
+
+
+def _archive_kind(path: Path) -> str | None:
+    name = path.name.lower()
+    if name.endswith(".zip"):
+        return "zip"
+    if name.endswith((".tar", ".tar.gz", ".tgz", ".tar.xz", ".tar.bz2")):
+        return "tar"
+    return None
+
+
+def _safe_member_name(name: str, archive: Path) -> PurePosixPath:
+    if "\\" in name or "\x00" in name:
+        raise UnsafePackageError(f"{archive.name}: member {name!r} has a backslash or NUL in its name")
+    p = PurePosixPath(name)
+    if p.is_absolute() or name.startswith("/") or any(part == ".." for part in p.parts):
+        raise UnsafePackageError(f"{archive.name}: member {name!r} would extract outside the package (zip-slip)")
+    return p
+
+
+def _extract_archive(archive: Path, dest: Path) -> None:
+    """Extract member by member after checking every name, type and size.
+
+    Raises UnsafePackageError for absolute or '..' names, links, device files,
+    too many members or too many bytes; ModelFormatError for a corrupt archive.
+    """
+    kind = _archive_kind(archive)
+    total = 0
+    try:
+        if kind == "zip":
+            with zipfile.ZipFile(archive) as zf:
+                infos = zf.infolist()
+                if len(infos) > MAX_ARCHIVE_MEMBERS:
+                    raise UnsafePackageError(f"{archive.name}: {len(infos)} members, limit {MAX_ARCHIVE_MEMBERS}")
+                for info in infos:
+                    rel = _safe_member_name(info.filename, archive)
+                    mode = (info.external_attr >> 16) & 0xFFFF
+                    if stat.S_ISLNK(mode):
+                        raise UnsafePackageError(f"{archive.name}: member {info.filename!r} is a symlink; links are not allowed in archives")
+                    total += info.file_size
+                    if total > MAX_ARCHIVE_BYTES:
+                        raise UnsafePackageError(f"{archive.name}: expands past {MAX_ARCHIVE_BYTES} bytes")
+                    target = dest.joinpath(*rel.parts)
+                    if info.is_dir():
+                        target.mkdir(parents=True, exist_ok=True)
+                        continue
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    with zf.open(info) as src, open(target, "wb") as out:
+                        shutil.copyfileobj(src, out, 1 << 20)
+        elif kind == "tar":
+            with tarfile.open(archive) as tf:
+                members = tf.getmembers()
+                if len(members) > MAX_ARCHIVE_MEMBERS:
+                    raise UnsafePackageError(f"{archive.name}: {len(members)} members, limit {MAX_ARCHIVE_MEMBERS}")
+                for m in members:
+                    rel = _safe_member_name(m.name, archive)
+                    if m.issym() or m.islnk():
+                        raise UnsafePackageError(f"{archive.name}: member {m.name!r} is a link to {m.linkname!r}; links are not allowed in archives")
+                    if not (m.isfile() or m.isdir()):
+                        raise UnsafePackageError(f"{archive.name}: member {m.name!r} is not a regular file or folder")
+                    total += m.size
+                    if total > MAX_ARCHIVE_BYTES:
+                        raise UnsafePackageError(f"{archive.name}: expands past {MAX_ARCHIVE_BYTES} bytes")
+                    target = dest.joinpath(*rel.parts)
+                    if m.isdir():
+                        target.mkdir(parents=True, exist_ok=True)
+                        continue
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    src = tf.extractfile(m)
+                    assert src is not None  # regular file checked above
+                    with src, open(target, "wb") as out:
+                        shutil.copyfileobj(src, out, 1 << 20)
+        else:
+            raise ModelFormatError(f"{archive.name}: not a package folder, .zip or .tar archive")
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as e:
+        raise ModelFormatError(f"{archive.name}: corrupt {kind} archive: {e}") from e
+
+
+def _package_root_in(folder: Path) -> Path:
+    """The folder holding the manifest: ``folder`` itself or its single subfolder."""
+    if (folder / MANIFEST_NAME).is_file():
+        return folder
+    subs = [p for p in folder.iterdir() if p.is_dir()]
+    if len(subs) == 1 and (subs[0] / MANIFEST_NAME).is_file():
+        return subs[0]
+    raise ManifestError(f"no {MANIFEST_NAME} at the top of the archive or in its single top folder")
+
+
+# --------------------------------------------------------------------------
+# the package
+
+
+@dataclass(frozen=True)
+class VerifiedModel:
+    """A variant's bytes, verified against the manifest, ready for a runtime.
+
+    ``path`` is the file on disk (for runtimes that must resolve external data
+    next to it); ``data`` are the verified bytes themselves.
+    """
+
+    variant: Variant
+    data: bytes
+    path: Path
+    sha256: str
+
+
+class ModelPackage:
+    """An opened, verified model package. Use :meth:`open`."""
+
+    def __init__(self, root: Path, source: Path, manifest: Manifest, manifest_sha256: str) -> None:
+        self.root = root
+        self.source = source
+        self.manifest = manifest
+        self.manifest_sha256 = manifest_sha256
+
+    def __repr__(self) -> str:
+        return f"ModelPackage({self.manifest.name!r} {self.manifest.version}, {len(self.manifest.variants)} variants, root={str(self.root)!r})"
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None, verify: bool = True) -> "ModelPackage":
+        """Open a package folder or archive and verify it.
+
+        Raises ManifestError, UnsafePackageError, IntegrityError or
+        ModelFormatError; no runtime is touched.
+        """
+        source = Path(path)
+        if not source.exists():
+            raise ManifestError(f"model package {str(source)!r} does not exist")
+        if source.is_dir():
+            root = source
+        else:
+            if _archive_kind(source) is None:
+                raise ModelFormatError(f"{source.name}: expected a package folder or a .zip/.tar archive of one")
+            digest = sha256_file(source)
+            cache = Path(cache_dir) if cache_dir else default_cache_dir()
+            dest = cache / "packages" / digest
+            done = dest / ".complete"
+            if not done.exists():
+                tmp = Path(tempfile.mkdtemp(prefix=".extract-", dir=_mkdirs(cache / "packages")))
+                try:
+                    _extract_archive(source, tmp)
+                    if dest.exists():
+                        shutil.rmtree(dest)
+                    os.replace(tmp, dest)
+                except BaseException:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    raise
+                done.write_text(source.name)
+            root = _package_root_in(dest)
+        mpath = root / MANIFEST_NAME
+        if not mpath.is_file():
+            raise ManifestError(f"{root}: no {MANIFEST_NAME}; a model package is a folder with a manifest")
+        raw = mpath.read_bytes()
+        try:
+            data = _toml.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, _toml.TOMLDecodeError) as e:
+            raise ManifestError(f"{mpath}: not valid UTF-8 TOML: {e}") from e
+        manifest = Manifest.from_dict(data, source=str(mpath.name))
+        pkg = cls(root, source, manifest, hashlib.sha256(raw).hexdigest())
+        pkg._check_paths()
+        if verify:
+            pkg.verify()
+        return pkg
+
+    # -- checks --------------------------------------------------------------
+
+    def _files(self) -> list[tuple[str, FileRef | Variant]]:
+        out: list[tuple[str, FileRef | Variant]] = []
+        for v in self.manifest.variants:
+            out.append((f"variant {v.id}", v))
+            for e in v.external_data:
+                out.append((f"variant {v.id} external data", e))
+        return out
+
+    def _check_paths(self) -> None:
+        for what, ref in self._files():
+            _contained(self.root, ref.file, what)
+        # Refuse any pickle anywhere in the package, referenced or not.
+        root_real = Path(os.path.realpath(self.root))
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            for fn in filenames:
+                p = Path(dirpath) / fn
+                rel = p.relative_to(self.root).as_posix()
+                if fn.lower().endswith(PICKLE_SUFFIXES):
+                    raise UnsafePackageError(f"{rel}: pickle files are not allowed in a model package (they run code when loaded)")
+                if p.is_symlink():
+                    real = Path(os.path.realpath(p))
+                    if real != root_real and root_real not in real.parents:
+                        raise UnsafePackageError(f"{rel}: symlink points outside the package, to {real}")
+                try:
+                    with open(p, "rb") as f:
+                        head = f.read(2)
+                except OSError:
+                    continue
+                if _looks_pickled(head):
+                    raise UnsafePackageError(f"{rel}: file content is a Python pickle; pickles are not allowed in a model package")
+
+    def _verify_ref(self, what: str, ref: FileRef | Variant) -> Path:
+        path = _contained(self.root, ref.file, what)
+        if not path.is_file():
+            raise IntegrityError(f"{what}: file {ref.file!r} is missing from the package")
+        size = path.stat().st_size
+        if size != ref.size:
+            raise IntegrityError(f"{what}: {ref.file} is {size} bytes, manifest says {ref.size}")
+        got = sha256_file(path)
+        if got != ref.sha256:
+            raise IntegrityError(f"{what}: {ref.file} sha256 is {got}, manifest says {ref.sha256}")
+        return path
+
+    def verify(self) -> None:
+        """Check size and sha256 of every file of every variant, then sniff each
+        model's format (ONNX structure, external data, TFLite header)."""
+        for what, ref in self._files():
+            self._verify_ref(what, ref)
+        for v in self.manifest.variants:
+            data = _contained(self.root, v.file, f"variant {v.id}").read_bytes()
+            self._check_model_bytes(v, data)
+
+    def _check_model_bytes(self, v: Variant, data: bytes) -> None:
+        kind = sniff_format(data)
+        if kind == "pickle":
+            raise UnsafePackageError(f"variant {v.id}: {v.file} is a pickle; pickles are not allowed")
+        if kind != v.format:
+            raise ModelFormatError(f"variant {v.id}: backend {v.backend} expects a {v.format} file, {v.file} looks like {kind}")
+        if v.format == "onnx":
+            info = scan_onnx(data)
+            declared = {e.file for e in v.external_data}
+            model_dir = PurePosixPath(v.file).parent
+            for ref in info.external_data:
+                loc = ref.location
+                p = _check_relpath(loc, f"variant {v.id}: external data of tensor {ref.tensor_name!r}")
+                rel = (model_dir / p).as_posix()
+                _contained(self.root, rel, f"variant {v.id}: external data {loc!r}")
+                norm = os.path.normpath(rel)
+                if norm not in {os.path.normpath(x) for x in declared}:
+                    raise UnsafePackageError(
+                        f"variant {v.id}: tensor {ref.tensor_name!r} reads external data {loc!r} which no digest in the manifest covers "
+                        f"(declared: {sorted(declared) or 'none'})"
+                    )
+        else:
+            inspect_tflite(data)
+
+    def read_verified(self, v: Variant) -> VerifiedModel:
+        """Read the variant's bytes once, check size, digest and format again, and
+        return them: what a runtime gets is exactly what was verified."""
+        path = _contained(self.root, v.file, f"variant {v.id}")
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise IntegrityError(f"variant {v.id}: cannot read {v.file}: {e}") from e
+        if len(data) != v.size:
+            raise IntegrityError(f"variant {v.id}: {v.file} is {len(data)} bytes, manifest says {v.size}")
+        got = hashlib.sha256(data).hexdigest()
+        if got != v.sha256:
+            raise IntegrityError(f"variant {v.id}: {v.file} sha256 is {got}, manifest says {v.sha256}")
+        for e in v.external_data:
+            self._verify_ref(f"variant {v.id} external data", e)
+        self._check_model_bytes(v, data)
+        return VerifiedModel(variant=v, data=data, path=path, sha256=got)
+
+    def path_of(self, rel: str) -> Path:
+        return _contained(self.root, rel, "file")
+
+
+def _mkdirs(p: Path) -> Path:
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def file_ref(root: Path, rel: str) -> FileRef:
+    """Digest and size of ``root/rel`` (for writing manifests)."""
+    p = _contained(root, rel, "file")
+    return FileRef(rel, sha256_file(p), p.stat().st_size)

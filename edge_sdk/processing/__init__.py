@@ -1,0 +1,1 @@
+"""Pure functions over numpy: image preprocessing and output decoders."""

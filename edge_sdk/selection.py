@@ -1,0 +1,191 @@
+"""Pick the variant and backend that suit a device profile, and say why.
+
+Rules, applied to every variant (each rejection is a reason in the result):
+
+1. its backend's runtime must be installed here;
+2. its precision must be one the profile lists (``runtime.precisions``);
+3. its estimated memory (file bytes x ``MEMORY_FACTOR``: weights plus the
+   runtime's working copy) must fit the effective memory budget;
+4. if ``min_cosine`` is given, its measured cosine against the reference must
+   reach it (variants without a measurement pass, with a note).
+
+The accepted ones are ranked by (precision position in the profile, backend
+position in the profile). When the best precision is offered by more than one
+backend, the tie is ``measurable``: :mod:`edge_sdk.model` times both on this
+device and records the result (``Selection.with_measurement``).
+A forced variant skips the ranking but not rules 1 and 3.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Mapping
+
+from .backends.base import BackendStatus
+from .errors import SelectionError
+from .package import Manifest, Variant
+from .profiles import DeviceProfile
+
+MEMORY_FACTOR = 2.0
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One variant as the selection saw it."""
+
+    variant_id: str
+    backend: str
+    precision: str
+    accepted: bool
+    reasons: tuple[str, ...]
+    rank: tuple[int, int] = (99, 99)
+    measured_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The chosen candidate, every candidate with its reasons, and the profile used."""
+
+    chosen: Candidate
+    candidates: tuple[Candidate, ...]
+    profile: str
+    forced: bool = False
+    memory_budget_mb: float | None = None
+    measured: bool = False
+
+    @property
+    def variant_id(self) -> str:
+        return self.chosen.variant_id
+
+    @property
+    def tied(self) -> tuple[Candidate, ...]:
+        """Accepted candidates with the chosen one's precision on other backends."""
+        if self.forced:
+            return ()
+        return tuple(
+            c for c in self.candidates if c.accepted and c.rank[0] == self.chosen.rank[0] and c.backend != self.chosen.backend
+        )
+
+    def with_measurement(self, timings_ms: Mapping[str, float], how: str) -> "Selection":
+        """Re-decide among the tied candidates by measured median latency (ms per call)."""
+        cands = []
+        for c in self.candidates:
+            if c.variant_id in timings_ms:
+                ms = timings_ms[c.variant_id]
+                c = replace(c, measured_ms=ms, reasons=c.reasons + (f"measured {ms:.3f} ms median ({how})",))
+            cands.append(c)
+        timed = [c for c in cands if c.measured_ms is not None]
+        best = min(timed, key=lambda c: (c.measured_ms, c.rank))
+        cands = [
+            replace(c, reasons=c.reasons + ("fastest of the tied backends on this device",)) if c is best else c for c in cands
+        ]
+        chosen = next(c for c in cands if c.variant_id == best.variant_id)
+        return replace(self, chosen=chosen, candidates=tuple(cands), measured=True)
+
+    def explain(self) -> str:
+        lines = [f"profile {self.profile}" + (f", memory budget {self.memory_budget_mb:.0f} MiB" if self.memory_budget_mb else "")]
+        for c in sorted(self.candidates, key=lambda c: (not c.accepted, c.rank, c.variant_id)):
+            mark = "*" if c.variant_id == self.chosen.variant_id else ("+" if c.accepted else "-")
+            lines.append(f" {mark} {c.variant_id} ({c.backend}, {c.precision}): " + "; ".join(c.reasons))
+        lines.append(f"chosen: {self.chosen.variant_id}" + (" (forced)" if self.forced else ""))
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "profile": self.profile,
+            "chosen": self.chosen.variant_id,
+            "forced": self.forced,
+            "measured": self.measured,
+            "memory_budget_mb": self.memory_budget_mb,
+            "candidates": [
+                {
+                    "variant": c.variant_id,
+                    "backend": c.backend,
+                    "precision": c.precision,
+                    "accepted": c.accepted,
+                    "reasons": list(c.reasons),
+                    "measured_ms": c.measured_ms,
+                }
+                for c in self.candidates
+            ],
+        }
+
+
+def _judge(
+    v: Variant,
+    profile: DeviceProfile,
+    backends: Mapping[str, BackendStatus],
+    budget_mb: float | None,
+    min_cosine: float | None,
+) -> Candidate:
+    reasons: list[str] = []
+    ok = True
+    rt = profile.runtime
+    st = backends.get(v.backend)
+    if st is None or not st.available:
+        ok = False
+        reasons.append(f"backend {v.backend} not available here ({st.detail if st else 'unknown backend'})")
+    else:
+        reasons.append(f"{st.runtime} {st.version} installed")
+    if v.precision in rt.precisions:
+        p_rank = rt.precisions.index(v.precision)
+        reasons.append(f"precision {v.precision} is #{p_rank + 1} in the profile's order {list(rt.precisions)}")
+    else:
+        p_rank = 99
+        ok = False
+        reasons.append(f"precision {v.precision} not in the profile's precisions {list(rt.precisions)}")
+    b_rank = rt.backends.index(v.backend) if v.backend in rt.backends else 50
+    if v.backend not in rt.backends:
+        reasons.append(f"backend {v.backend} not in the profile's backends {list(rt.backends)}; ranked last")
+    need_mb = v.total_size * MEMORY_FACTOR / MiB
+    if budget_mb is not None:
+        if need_mb > budget_mb:
+            ok = False
+            reasons.append(f"needs ~{need_mb:.1f} MiB, over the {budget_mb:.0f} MiB budget")
+        else:
+            reasons.append(f"~{need_mb:.1f} MiB fits the {budget_mb:.0f} MiB budget")
+    if min_cosine is not None:
+        cos = v.quality.cosine if v.quality else None
+        if cos is None:
+            reasons.append("no measured cosine; quality gate not applied")
+        elif cos < min_cosine:
+            ok = False
+            reasons.append(f"cosine {cos:.4f} vs reference below the {min_cosine} gate")
+        else:
+            reasons.append(f"cosine {cos:.4f} meets the {min_cosine} gate")
+    return Candidate(v.id, v.backend, v.precision, ok, tuple(reasons), (p_rank, b_rank))
+
+
+def select_variant(
+    manifest: Manifest,
+    profile: DeviceProfile,
+    backends: Mapping[str, BackendStatus],
+    *,
+    memory_budget_mb: float | None = None,
+    variant: str | None = None,
+    min_cosine: float | None = None,
+) -> Selection:
+    """Judge every variant and choose one. Raises SelectionError when none fits
+    (the message lists each variant and why it lost) or ``variant`` is unknown
+    or cannot run here."""
+    cands = tuple(_judge(v, profile, backends, memory_budget_mb, min_cosine) for v in manifest.variants)
+    if variant is not None:
+        ids = [c.variant_id for c in cands]
+        if variant not in ids:
+            raise SelectionError(f"variant {variant!r} is not in package {manifest.name}; it has {ids}")
+        c = next(c for c in cands if c.variant_id == variant)
+        hard = [r for r in c.reasons if "not available" in r or "over the" in r]
+        if hard:
+            raise SelectionError(f"forced variant {variant!r} cannot run here: {'; '.join(hard)}")
+        c = replace(c, accepted=True, reasons=c.reasons + ("forced by the caller",))
+        cands = tuple(c if x.variant_id == variant else x for x in cands)
+        return Selection(c, cands, profile.name, forced=True, memory_budget_mb=memory_budget_mb)
+    ok = [c for c in cands if c.accepted]
+    if not ok:
+        detail = "; ".join(f"{c.variant_id}: {', '.join(r for r in c.reasons)}" for c in cands)
+        raise SelectionError(f"no variant of {manifest.name} suits profile {profile.name}: {detail}")
+    best = min(ok, key=lambda c: (c.rank, c.variant_id))
+    best = replace(best, reasons=best.reasons + ("best rank (precision, backend) among accepted variants",))
+    cands = tuple(best if c.variant_id == best.variant_id else c for c in cands)
+    return Selection(best, cands, profile.name, memory_budget_mb=memory_budget_mb)

@@ -1,0 +1,114 @@
+"""Strict input validation: dtype, rank, dims, bounds, finiteness, contiguity.
+
+Nothing is cast or copied: a wrong input is an :class:`~edge_sdk.errors.InputError`
+subclass whose message says what was expected and what was given.
+A :class:`InputValidator` is compiled once per model so a call costs a few
+attribute lookups and comparisons per input.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .errors import (
+    InputDTypeError,
+    InputShapeError,
+    InputTypeError,
+    MissingInputError,
+    NonContiguousInputError,
+    NonFiniteInputError,
+    UnexpectedInputError,
+)
+from .package import TensorSpec
+
+_FLOATS = frozenset({"float16", "float32", "float64"})
+
+
+class _One:
+    __slots__ = ("name", "dtype", "rank", "checks", "is_float", "shape_text")
+
+    def __init__(self, spec: TensorSpec) -> None:
+        self.name = spec.name
+        self.dtype = np.dtype(spec.dtype)
+        self.rank = len(spec.shape)
+        self.is_float = spec.dtype in _FLOATS
+        # (axis, fixed value or None, lo, hi, dim name)
+        checks = []
+        for ax, d in enumerate(spec.shape):
+            if isinstance(d, int):
+                checks.append((ax, d, d, d, None))
+            else:
+                lo, hi = spec.bounds(d) or (1, 2**31 - 1)
+                checks.append((ax, None, lo, hi, d))
+        self.checks = tuple(checks)
+        self.shape_text = "[" + ", ".join(
+            str(d) if isinstance(d, int) else f"{d}:{lo}..{hi}" for d, (_, _, lo, hi, _) in zip(spec.shape, checks)
+        ) + "]"
+
+    def check(self, x: Any) -> np.ndarray:
+        if type(x) is not np.ndarray:
+            if isinstance(x, np.ndarray):
+                x = np.asarray(x)  # ndarray subclass (e.g. memmap): a view, not a copy
+            else:
+                raise InputTypeError(
+                    f"input {self.name!r}: expected numpy.ndarray of {self.dtype} with shape {self.shape_text}, got {type(x).__name__}"
+                )
+        if x.dtype != self.dtype:
+            raise InputDTypeError(f"input {self.name!r}: expected dtype {self.dtype}, got {x.dtype} (nothing is cast silently)")
+        if x.ndim != self.rank:
+            raise InputShapeError(f"input {self.name!r}: expected rank {self.rank} {self.shape_text}, got shape {x.shape}")
+        shape = x.shape
+        for ax, fixed, lo, hi, dname in self.checks:
+            n = shape[ax]
+            if fixed is not None:
+                if n != fixed:
+                    raise InputShapeError(f"input {self.name!r}: expected dim {ax} = {fixed} in {self.shape_text}, got shape {shape}")
+            elif n < lo or n > hi:
+                raise InputShapeError(
+                    f"input {self.name!r}: dim {ax} ({dname}) must be in [{lo}, {hi}] per {self.shape_text}, got {n} in shape {shape}"
+                )
+        if not x.flags.c_contiguous:
+            raise NonContiguousInputError(
+                f"input {self.name!r}: expected a C-contiguous array, got strides {x.strides}; pass np.ascontiguousarray(x)"
+            )
+        if self.is_float and not np.isfinite(x).all():
+            bad = int(np.count_nonzero(~np.isfinite(x)))
+            raise NonFiniteInputError(f"input {self.name!r}: expected finite values, got {bad} NaN/Inf of {x.size}")
+        return x
+
+
+class InputValidator:
+    """Validates a call's inputs against the declared specs.
+
+    Accepts one array (single-input models) or a mapping name -> array.
+    Returns the feeds dict (the caller's arrays, never copies).
+    """
+
+    def __init__(self, specs: Sequence[TensorSpec]) -> None:
+        self.specs = tuple(specs)
+        self._ones = {s.name: _One(s) for s in specs}
+        self._single = self._ones[specs[0].name] if len(specs) == 1 else None
+        self.names = tuple(s.name for s in specs)
+
+    def __call__(self, x: Any, *, skip: frozenset[str] = frozenset()) -> dict[str, np.ndarray]:
+        if isinstance(x, Mapping):
+            extra = [k for k in x if k not in self._ones]
+            if extra:
+                raise UnexpectedInputError(f"unexpected input(s) {extra}; the model takes {list(self.names)}")
+            feeds = {}
+            for name, one in self._ones.items():
+                if name in skip:
+                    continue
+                if name not in x:
+                    raise MissingInputError(f"missing input {name!r}; the model takes {list(self.names)}")
+                feeds[name] = one.check(x[name])
+            return feeds
+        single = self._single
+        if single is None:
+            wanted = [n for n in self.names if n not in skip]
+            if len(wanted) == 1:
+                return {wanted[0]: self._ones[wanted[0]].check(x)}
+            raise InputTypeError(f"this model has {len(self.names)} inputs {list(self.names)}; pass a dict name -> array")
+        return {single.name: single.check(x)}
