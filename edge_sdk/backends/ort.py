@@ -170,7 +170,7 @@ class OrtSession(Session):
         if self._closed:
             self._check_open()
         try:
-            outs = self._sess.run(self._out_names, feeds)
+            outs = self._sess.run(None, feeds)
         except Exception as e:
             raise SessionError(f"onnxruntime run failed: {e}") from e
         return dict(zip(self._out_names, outs))
