@@ -1,0 +1,1 @@
+"""Model converters and writers for edge_sdk (no TensorFlow required)."""
