@@ -67,6 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EdgeSDKError as e:
         print(f"edge-sdk: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
+    except (OSError, ValueError) as e:  # unreadable input files, bad .npy
+        print(f"edge-sdk: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
 
 
 def _out(args: argparse.Namespace, data: Any, text: str) -> None:
@@ -163,6 +166,8 @@ def _load(args: argparse.Namespace, package: Any) -> Any:
 
 
 def _read_input(path: Path) -> tuple[str, Any]:
+    if not path.is_file():
+        raise FileNotFoundError(f"input file {str(path)!r} does not exist")
     suffix = path.suffix.lower()
     if suffix == ".npy":
         return "tensor", np.load(path, allow_pickle=False)
