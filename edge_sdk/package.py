@@ -29,7 +29,8 @@ import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterable, Mapping
+from contextlib import ExitStack
+from typing import IO, Any, Callable, Iterable, Mapping
 
 from . import _toml
 from ._modelfile import inspect_tflite, scan_onnx, sniff_format
@@ -653,6 +654,23 @@ def _safe_member_name(name: str, archive: Path) -> PurePosixPath:
     return p
 
 
+def _archive_members(archive: Path, stack: ExitStack) -> list[tuple[str, str, int, Callable[[], IO[bytes]]]]:
+    """(name, kind 'file'|'dir'|'link'|'other', size, opener) for every member."""
+    out: list[tuple[str, str, int, Callable[[], IO[bytes]]]] = []
+    if _archive_kind(archive) == "zip":
+        zf = stack.enter_context(zipfile.ZipFile(archive))
+        for info in zf.infolist():
+            mode = (info.external_attr >> 16) & 0xFFFF
+            kind = "link" if stat.S_ISLNK(mode) else ("dir" if info.is_dir() else "file")
+            out.append((info.filename, kind, info.file_size, lambda info=info: zf.open(info)))
+    else:
+        tf = stack.enter_context(tarfile.open(archive))
+        for m in tf.getmembers():
+            kind = "link" if (m.issym() or m.islnk()) else "dir" if m.isdir() else "file" if m.isfile() else "other"
+            out.append((m.name, kind, m.size, lambda m=m: tf.extractfile(m)))  # type: ignore[misc,return-value]
+    return out
+
+
 def _extract_archive(archive: Path, dest: Path) -> None:
     """Extract member by member after checking every name, type and size.
 
@@ -660,53 +678,30 @@ def _extract_archive(archive: Path, dest: Path) -> None:
     too many members or too many bytes; ModelFormatError for a corrupt archive.
     """
     kind = _archive_kind(archive)
+    if kind is None:
+        raise ModelFormatError(f"{archive.name}: not a package folder, .zip or .tar archive")
     total = 0
     try:
-        if kind == "zip":
-            with zipfile.ZipFile(archive) as zf:
-                infos = zf.infolist()
-                if len(infos) > MAX_ARCHIVE_MEMBERS:
-                    raise UnsafePackageError(f"{archive.name}: {len(infos)} members, limit {MAX_ARCHIVE_MEMBERS}")
-                for info in infos:
-                    rel = _safe_member_name(info.filename, archive)
-                    mode = (info.external_attr >> 16) & 0xFFFF
-                    if stat.S_ISLNK(mode):
-                        raise UnsafePackageError(f"{archive.name}: member {info.filename!r} is a symlink; links are not allowed in archives")
-                    total += info.file_size
-                    if total > MAX_ARCHIVE_BYTES:
-                        raise UnsafePackageError(f"{archive.name}: expands past {MAX_ARCHIVE_BYTES} bytes")
-                    target = dest.joinpath(*rel.parts)
-                    if info.is_dir():
-                        target.mkdir(parents=True, exist_ok=True)
-                        continue
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    with zf.open(info) as src, open(target, "wb") as out:
-                        shutil.copyfileobj(src, out, 1 << 20)
-        elif kind == "tar":
-            with tarfile.open(archive) as tf:
-                members = tf.getmembers()
-                if len(members) > MAX_ARCHIVE_MEMBERS:
-                    raise UnsafePackageError(f"{archive.name}: {len(members)} members, limit {MAX_ARCHIVE_MEMBERS}")
-                for m in members:
-                    rel = _safe_member_name(m.name, archive)
-                    if m.issym() or m.islnk():
-                        raise UnsafePackageError(f"{archive.name}: member {m.name!r} is a link to {m.linkname!r}; links are not allowed in archives")
-                    if not (m.isfile() or m.isdir()):
-                        raise UnsafePackageError(f"{archive.name}: member {m.name!r} is not a regular file or folder")
-                    total += m.size
-                    if total > MAX_ARCHIVE_BYTES:
-                        raise UnsafePackageError(f"{archive.name}: expands past {MAX_ARCHIVE_BYTES} bytes")
-                    target = dest.joinpath(*rel.parts)
-                    if m.isdir():
-                        target.mkdir(parents=True, exist_ok=True)
-                        continue
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    src = tf.extractfile(m)
-                    assert src is not None  # regular file checked above
-                    with src, open(target, "wb") as out:
-                        shutil.copyfileobj(src, out, 1 << 20)
-        else:
-            raise ModelFormatError(f"{archive.name}: not a package folder, .zip or .tar archive")
+        with ExitStack() as stack:
+            members = _archive_members(archive, stack)
+            if len(members) > MAX_ARCHIVE_MEMBERS:
+                raise UnsafePackageError(f"{archive.name}: {len(members)} members, limit {MAX_ARCHIVE_MEMBERS}")
+            for name, mkind, size, opener in members:
+                rel = _safe_member_name(name, archive)
+                if mkind == "link":
+                    raise UnsafePackageError(f"{archive.name}: member {name!r} is a symlink or hard link; links are not allowed in archives")
+                if mkind == "other":
+                    raise UnsafePackageError(f"{archive.name}: member {name!r} is not a regular file or folder")
+                total += size
+                if total > MAX_ARCHIVE_BYTES:
+                    raise UnsafePackageError(f"{archive.name}: expands past {MAX_ARCHIVE_BYTES} bytes")
+                target = dest.joinpath(*rel.parts)
+                if mkind == "dir":
+                    target.mkdir(parents=True, exist_ok=True)
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with opener() as src, open(target, "wb") as out:
+                    shutil.copyfileobj(src, out, 1 << 20)
     except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as e:
         raise ModelFormatError(f"{archive.name}: corrupt {kind} archive: {e}") from e
 

@@ -453,3 +453,18 @@ def test_io_of_bytes_model_is_the_verified_bytes(tmp_path: Path) -> None:
     vm = pkg.read_verified(pkg.manifest.variants[0])
     assert vm.data == (root / "m.onnx").read_bytes()
     assert io.BytesIO(vm.data).getbuffer().nbytes == pkg.manifest.variants[0].size
+
+
+def test_archive_size_and_member_limits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_runtime: list[str]) -> None:
+    from edge_sdk import package as pk
+
+    root = _good(tmp_path)
+    z = _zip_of(root, tmp_path / "pkg.zip", {"pkg/pad.bin": b"\x00" * 5000})
+    monkeypatch.setattr(pk, "MAX_ARCHIVE_BYTES", 4000)  # a zip bomb expands past the limit
+    with pytest.raises(errors.UnsafePackageError, match="expands past 4000 bytes"):
+        ModelPackage.open(z)
+    monkeypatch.setattr(pk, "MAX_ARCHIVE_BYTES", 10**9)
+    monkeypatch.setattr(pk, "MAX_ARCHIVE_MEMBERS", 2)
+    with pytest.raises(errors.UnsafePackageError, match="members, limit 2"):
+        ModelPackage.open(z)
+    assert no_runtime == []
