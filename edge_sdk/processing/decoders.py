@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
 
-@dataclass(frozen=True)
-class Classification:
-    """One class of a classification result: index, label (or ``str(index)``), score in [0, 1]."""
+class Classification(NamedTuple):
+    """One class of a classification result: index, label (or ``str(index)``), score in [0, 1].
+
+    Immutable (a NamedTuple, cheap to build on the hot path)."""
 
     index: int
     label: str
@@ -35,10 +35,10 @@ def decode_classification(
         s = s.reshape(s.shape[0], -1)
     p = softmax(s) if apply_softmax else s.astype(np.float32, copy=False)
     k = min(top_k, p.shape[1])
-    rows = []
-    for row in p:
-        idx = np.argsort(-row, kind="stable")[:k]
-        rows.append(
-            tuple(Classification(int(i), labels[i] if i < len(labels) else str(int(i)), float(row[i])) for i in idx)
-        )
-    return tuple(rows)
+    idx = np.argsort(-p, axis=1, kind="stable")[:, :k]
+    top = np.take_along_axis(p, idx, axis=1).tolist()
+    n = len(labels)
+    return tuple(
+        tuple(Classification(i, labels[i] if i < n else str(i), sc) for i, sc in zip(ri, rs))
+        for ri, rs in zip(idx.tolist(), top)
+    )
