@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import threading
 import time
@@ -504,8 +505,10 @@ def _measure(
         known = json.loads(store.read_text())
     except (OSError, ValueError):
         known = {}
+    if not isinstance(known, dict):
+        known = {}  # a damaged store only costs a re-measurement
     entry = known.get(key)
-    if isinstance(entry, dict) and set(entry) == set(ids):
+    if _valid_measurement(entry, ids):
         sel = sel.with_measurement(entry, "cached measurement on this device")
         return sel, _open(pkg, pkg.manifest.variant(sel.variant_id), sopts)
     sessions: dict[str, Session] = {}
@@ -532,6 +535,14 @@ def _measure(
     except OSError:
         pass  # a read-only cache only costs a re-measurement next time
     return sel, sessions[sel.variant_id]
+
+
+def _valid_measurement(entry: Any, ids: Sequence[str]) -> bool:
+    return (
+        isinstance(entry, dict)
+        and set(entry) == set(ids)
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in entry.values())
+    )
 
 
 def _runtime_versions() -> list[str]:

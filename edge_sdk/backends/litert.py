@@ -125,10 +125,10 @@ class LiteRTSession(Session):
         )
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        if self._closed:
-            self._check_open()
         # An interpreter is not thread-safe: one call at a time per session.
         with self._lock:
+            if self._closed:
+                self._check_open()
             try:
                 resized = False
                 for name, x in feeds.items():

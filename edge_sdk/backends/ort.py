@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Mapping
@@ -113,7 +114,7 @@ class OrtSession(Session):
         if use_cache:
             assert options.cache_dir is not None
             key = hashlib.sha256(
-                "|".join([model.sha256, ort.__version__, ",".join(providers), level, platform.machine()]).encode()
+                "|".join([model.sha256, ort.__version__, ",".join(providers), level, platform.machine(), _cpu_fingerprint()]).encode()
             ).hexdigest()[:32]
             cdir = options.cache_dir / "ort-optimized"
             cache_file = cdir / f"{key}.onnx"
@@ -125,16 +126,29 @@ class OrtSession(Session):
                 cached_state = f"hit {cache_file}"
             else:
                 cdir.mkdir(parents=True, exist_ok=True)
-                tmp = cdir / f".{key}.{os.getpid()}.tmp.onnx"
-                so.optimized_model_filepath = str(tmp)
+                so.optimized_model_filepath = _temp_path(cdir, key)
                 cached_state = f"written {cache_file}"
         so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[level])
 
         prov_arg = [(p, _provider_options(p, options)) for p in providers]
         try:
-            self._sess = ort.InferenceSession(source, sess_options=so, providers=prov_arg)
+            self._sess: Any = ort.InferenceSession(source, sess_options=so, providers=prov_arg)
         except Exception as e:  # onnxruntime raises its own pybind exception types
-            raise SessionError(f"onnxruntime could not load the model ({model.path.name}): {e}") from e
+            if not cached_state.startswith("hit"):
+                raise SessionError(f"onnxruntime could not load the model ({model.path.name}): {e}") from e
+            # A cached optimised model that verifies but does not load (written by
+            # another ORT build, torn by a crash before hashing): drop it, rebuild.
+            assert cache_file is not None
+            cache_file.unlink(missing_ok=True)
+            cache_file.with_suffix(".sha256").unlink(missing_ok=True)
+            level = options.graph_optimization
+            so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[level])
+            so.optimized_model_filepath = _temp_path(cache_file.parent, cache_file.stem)
+            cached_state = f"written {cache_file} (cached entry was unloadable: {str(e)[:80]})"
+            try:
+                self._sess = ort.InferenceSession(model.data, sess_options=so, providers=prov_arg)
+            except Exception as e2:
+                raise SessionError(f"onnxruntime could not load the model ({model.path.name}): {e2}") from e2
 
         if use_cache and cached_state.startswith("written"):
             assert cache_file is not None
@@ -167,22 +181,53 @@ class OrtSession(Session):
         )
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        if self._closed:
+        sess = self._sess
+        if sess is None:
             self._check_open()
         try:
-            outs = self._sess.run(None, feeds)
+            # run(None, ...) -- naming the outputs costs ~5 us per call in the wrapper
+            outs = sess.run(None, feeds)
         except Exception as e:
             raise SessionError(f"onnxruntime run failed: {e}") from e
         return dict(zip(self._out_names, outs))
 
     def _release(self) -> None:
-        del self._sess
+        # A run() already holding `sess` finishes; later calls see None -> SessionClosedError.
+        self._sess = None
 
 
 def _info(x: Any) -> TensorInfo:
     dtype = _ORT_TYPES.get(x.type, x.type)
     shape = tuple(d if isinstance(d, int) else (d if isinstance(d, str) else None) for d in x.shape)
     return TensorInfo(name=x.name, dtype=dtype, shape=shape, raw_dtype=dtype)
+
+
+def _temp_path(cdir: Path, key: str) -> str:
+    """A fresh, unique temp file name (threads and processes may build the same key)."""
+    fd, name = tempfile.mkstemp(prefix=f".{key}.", suffix=".tmp.onnx", dir=cdir)
+    os.close(fd)
+    return name
+
+
+_CPU_FP: str | None = None
+
+
+def _cpu_fingerprint() -> str:
+    """A digest of the CPU's feature flags: an ENABLE_ALL graph may use kernels
+    (AVX-512, VNNI, dotprod) that another CPU of the same arch lacks."""
+    global _CPU_FP
+    if _CPU_FP is None:
+        flags = ""
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    if line.startswith(("flags", "Features")):
+                        flags = line.split(":", 1)[-1].strip()
+                        break
+        except OSError:
+            pass
+        _CPU_FP = hashlib.sha256(flags.encode()).hexdigest()[:12]
+    return _CPU_FP
 
 
 def _read_cached(path: Path, side: Path) -> bytes | None:
