@@ -27,9 +27,9 @@ import stat
 import tarfile
 import tempfile
 import zipfile
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from contextlib import ExitStack
 from typing import IO, Any, Callable, Iterable, Mapping
 
 from . import _toml
@@ -40,13 +40,12 @@ from .errors import (
     ModelFormatError,
     UnsafePackageError,
 )
+from .profiles import BACKENDS, PRECISIONS
 
 MANIFEST_NAME = "edge-model.toml"
 SCHEMA_VERSION = 1
 
 DTYPES = ("float32", "float16", "float64", "int8", "uint8", "int16", "uint16", "int32", "int64", "bool")
-PRECISIONS = ("fp32", "fp16", "int8", "int4")
-BACKENDS = ("onnxruntime", "litert")
 BACKEND_FORMATS = {"onnxruntime": "onnx", "litert": "tflite"}
 LAYOUTS = ("NCHW", "NHWC", "NC", "NLC", "NCL")
 RESIZE_MODES = ("stretch", "letterbox", "center_crop")
@@ -807,7 +806,7 @@ class ModelPackage:
             _contained(self.root, ref.file, what)
         # Refuse any pickle anywhere in the package, referenced or not.
         root_real = Path(os.path.realpath(self.root))
-        for dirpath, dirnames, filenames in os.walk(self.root):
+        for dirpath, _dirs, filenames in os.walk(self.root):
             for fn in filenames:
                 p = Path(dirpath) / fn
                 rel = p.relative_to(self.root).as_posix()

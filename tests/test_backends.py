@@ -29,8 +29,8 @@ ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("ai_edge_litert.interpreter")
 pytest.importorskip("flatbuffers")
 
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from numpy.lib.stride_tricks import sliding_window_view  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import edge_sdk  # noqa: E402
 from converters.packaging import write_package  # noqa: E402

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import mlp_manifest, mlp_onnx
+from conftest import mlp_manifest
 
 import edge_sdk
 from converters.packaging import write_package

@@ -146,7 +146,7 @@ class LiteRTSession(Session):
                     self._it.set_tensor(d["index"], x)
                 self._it.invoke()
                 out = {}
-                for index, name, q, dt in self._out_q:
+                for index, name, q, _dt in self._out_q:
                     y = self._it.get_tensor(index)
                     if q is not None:
                         y = (y.astype(np.float32) - np.float32(q[1])) * np.float32(q[0])
