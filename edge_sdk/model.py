@@ -77,10 +77,15 @@ class LoadOptions:
         if self.min_cosine is not None and not -1.0 <= self.min_cosine <= 1.0:
             raise ValueError(f"min_cosine: expected a value in [-1, 1], got {self.min_cosine}")
 
-    def session_options(self, profile: DeviceProfile, cache_dir: Path) -> SessionOptions:
+    def session_options(self, profile: DeviceProfile, cache_dir: Path, cpu_count: int | None = None) -> SessionOptions:
+        """The profile's runtime settings with these overrides applied. The
+        profile's thread count is capped at the CPUs this machine has (a
+        generic profile must not oversubscribe a 2-core box); an explicit
+        ``threads`` is taken as given."""
         rt = profile.runtime
+        threads = self.threads if self.threads is not None else min(rt.threads, cpu_count or rt.threads)
         return SessionOptions(
-            threads=self.threads if self.threads is not None else rt.threads,
+            threads=threads,
             allow_spinning=self.allow_spinning if self.allow_spinning is not None else rt.allow_spinning,
             graph_optimization=self.graph_optimization or rt.graph_optimization,
             providers=tuple(self.providers) if self.providers is not None else tuple(rt.onnxruntime_providers),
@@ -482,7 +487,7 @@ def load(
         variant=opts.variant,
         min_cosine=opts.min_cosine,
     )
-    sopts = opts.session_options(detection.profile, cache)
+    sopts = opts.session_options(detection.profile, cache, detection.facts.cpu_count)
     tied = sel.tied
     if tied and opts.measure_backends:
         sel, session = _measure(pkg, sel, tied, sopts, opts, cache, detection.profile.name)
