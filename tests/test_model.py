@@ -292,3 +292,26 @@ def test_fp16_model_validation(tmp_path: Path) -> None:
             model.predict(np.full((1, 4), 3, np.float32))
         with pytest.raises(errors.NonFiniteInputError):
             model.predict(np.array([[np.inf, 0, 0, 0]], np.float16))
+
+
+@pytest.mark.parametrize("classes", [2, 4, 31, 32, 33, 100])  # both sides of the Python/numpy switch
+@pytest.mark.parametrize("apply_softmax", [True, False])
+def test_classification_decoder(classes: int, apply_softmax: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    from edge_sdk.processing import decoders as d
+
+    rng = np.random.default_rng(classes)
+    x = rng.standard_normal((3, classes)).astype(np.float32)
+    x[0, 1] = x[0, 0] = x[0].max() + 1  # a tie at the top: the lower index comes first
+    labels = [f"c{i}" for i in range(classes - 1)]  # one class without a label
+    got = d.decode_classification(x, labels, top_k=5, apply_softmax=apply_softmax)
+    p = np.exp(x - x.max(1, keepdims=True)) / np.exp(x - x.max(1, keepdims=True)).sum(1, keepdims=True) if apply_softmax else x
+    for row, pr in zip(got, p):
+        assert len(row) == min(5, classes)
+        want = sorted(range(classes), key=lambda i: (-pr[i], i))[: len(row)]
+        assert [c.index for c in row] == want
+        assert [c.score for c in row] == pytest.approx([float(pr[i]) for i in want], rel=1e-5)
+        assert [c.label for c in row] == [labels[i] if i < len(labels) else str(i) for i in want]
+    assert [c.index for c in got[0][:2]] == [0, 1]
+    monkeypatch.setattr(d, "_SMALL", 0)  # the numpy path gives the same answer
+    other = d.decode_classification(x, labels, top_k=5, apply_softmax=apply_softmax)
+    assert [[c.index for c in r] for r in other] == [[c.index for c in r] for r in got]
