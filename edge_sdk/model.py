@@ -243,7 +243,9 @@ class Model:
             color = "RGB"
         x, tf = preprocess_image(image, self._image_spec, color=color)
         t1 = time.perf_counter_ns()
-        feeds = self._validate({self._image_spec.name: x})
+        # Made from uint8 pixels and finite constants: finite in float32/64; the scan
+        # (a full pass over the input) is kept for float16, where a tiny std could overflow.
+        feeds = self._validate({self._image_spec.name: x}, finite=self._image_spec.dtype == "float16")
         t2 = time.perf_counter_ns()
         return self._finish(feeds, t0, t2, top_k, tf, pre_ns=t1 - t0)
 

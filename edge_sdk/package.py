@@ -21,6 +21,7 @@ Example::
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import shutil
 import stat
@@ -168,6 +169,9 @@ class ImagePreprocess:
             raise ManifestError(f"{where}: mean/std need {n} values for color {color}, got {len(mean)}/{len(std)}")
         if any(s == 0 for s in std):
             raise ManifestError(f"{where}.std: values must be non-zero, got {list(std)}")
+        scale = float(_opt(d, "scale", (int, float), where, 1.0 / 255.0))
+        if not all(math.isfinite(v) for v in (*mean, *std, scale)):
+            raise ManifestError(f"{where}: mean, std and scale must be finite, got mean={list(mean)} std={list(std)} scale={scale}")
         crop = float(_opt(d, "crop_fraction", (int, float), where, 0.875))
         if not 0 < crop <= 1:
             raise ManifestError(f"{where}.crop_fraction: expected 0 < f <= 1, got {crop}")
@@ -178,7 +182,7 @@ class ImagePreprocess:
             size_hw=(size[0], size[1]),
             resize=_choice(_opt(d, "resize", str, where, "stretch"), RESIZE_MODES, f"{where}.resize"),
             color=color,
-            scale=float(_opt(d, "scale", (int, float), where, 1.0 / 255.0)),
+            scale=scale,
             mean=mean,
             std=std,
             pad_value=pad,

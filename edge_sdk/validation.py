@@ -47,7 +47,7 @@ class _One:
             str(d) if isinstance(d, int) else f"{d}:{lo}..{hi}" for d, (_, _, lo, hi, _) in zip(spec.shape, checks)
         ) + "]"
 
-    def check(self, x: Any) -> np.ndarray:
+    def check(self, x: Any, finite: bool = True) -> np.ndarray:
         if type(x) is not np.ndarray:
             if isinstance(x, np.ndarray):
                 x = np.asarray(x)  # ndarray subclass (e.g. memmap): a view, not a copy
@@ -73,7 +73,7 @@ class _One:
             raise NonContiguousInputError(
                 f"input {self.name!r}: expected a C-contiguous array, got strides {x.strides}; pass np.ascontiguousarray(x)"
             )
-        if self.is_float and not np.isfinite(x).all():
+        if finite and self.is_float and not np.isfinite(x).all():
             bad = int(np.count_nonzero(~np.isfinite(x)))
             raise NonFiniteInputError(f"input {self.name!r}: expected finite values, got {bad} NaN/Inf of {x.size}")
         return x
@@ -92,7 +92,9 @@ class InputValidator:
         self._single = self._ones[specs[0].name] if len(specs) == 1 else None
         self.names = tuple(s.name for s in specs)
 
-    def __call__(self, x: Any, *, skip: frozenset[str] = frozenset()) -> dict[str, np.ndarray]:
+    def __call__(self, x: Any, *, skip: frozenset[str] = frozenset(), finite: bool = True) -> dict[str, np.ndarray]:
+        """``finite=False`` skips the NaN/Inf scan, for tensors the SDK made itself
+        from uint8 pixels and finite constants (it costs a full pass over the input)."""
         if isinstance(x, Mapping):
             extra = [k for k in x if k not in self._ones]
             if extra:
@@ -103,12 +105,12 @@ class InputValidator:
                     continue
                 if name not in x:
                     raise MissingInputError(f"missing input {name!r}; the model takes {list(self.names)}")
-                feeds[name] = one.check(x[name])
+                feeds[name] = one.check(x[name], finite)
             return feeds
         single = self._single
         if single is None:
             wanted = [n for n in self.names if n not in skip]
             if len(wanted) == 1:
-                return {wanted[0]: self._ones[wanted[0]].check(x)}
+                return {wanted[0]: self._ones[wanted[0]].check(x, finite)}
             raise InputTypeError(f"this model has {len(self.names)} inputs {list(self.names)}; pass a dict name -> array")
-        return {single.name: single.check(x)}
+        return {single.name: single.check(x, finite)}

@@ -380,6 +380,8 @@ MANIFEST_ERRORS = [
     (lambda m: m.update(decoder={"kind": "classification", "output": "nope"}), "is not an output"),
     (lambda m: m.update(state=[{"input": "x", "output": "zz"}]), "must name an input and an output"),
     (lambda m: m["inputs"][0].update(layout="NCHW"), "has 4 axes"),
+    # TOML has inf and nan: a non-finite normalisation constant would make every input non-finite
+    (lambda m: m["inputs"][0].update(shape=[1, 3, 2, 2], layout="NCHW", dims={}, preprocess={"kind": "image", "size_hw": [2, 2], "mean": [float("inf"), 0, 0]}), "must be finite"),
 ]
 
 

@@ -51,10 +51,20 @@ def decode_classification(
             idx = sorted(range(len(row)), key=row.__getitem__, reverse=True)[:k]  # stable: ties keep lower index first
             rows.append(tuple(Classification(i, labels[i] if i < n else str(i), row[i]) for i in idx))
         return tuple(rows)
-    p = softmax(s) if apply_softmax else s.astype(np.float32, copy=False)
-    idx = np.argsort(-p, axis=1, kind="stable")[:, :k]
-    top = np.take_along_axis(p, idx, axis=1).tolist()
-    return tuple(
-        tuple(Classification(i, labels[i] if i < n else str(i), sc) for i, sc in zip(ri, rs))
-        for ri, rs in zip(idx.tolist(), top)
-    )
+    # Many classes: softmax is monotonic, so the top-k of the logits are the top-k
+    # classes; only their probabilities and the denominator are computed.
+    rows = []
+    c = s.shape[1]
+    for row in s.astype(np.float32, copy=False):
+        kth = np.partition(row, c - k)[c - k]
+        cand = np.flatnonzero(row >= kth)  # every value tied with the k-th is a candidate
+        vals = row[cand].tolist()
+        ids = cand.tolist()
+        order = sorted(range(len(ids)), key=lambda j: (-vals[j], ids[j]))[:k]
+        if apply_softmax:
+            m = float(row.max())
+            denom = float(np.exp(row - m).sum())
+            rows.append(tuple(Classification(ids[j], labels[ids[j]] if ids[j] < n else str(ids[j]), math.exp(vals[j] - m) / denom) for j in order))
+        else:
+            rows.append(tuple(Classification(ids[j], labels[ids[j]] if ids[j] < n else str(ids[j]), vals[j]) for j in order))
+    return tuple(rows)
