@@ -51,8 +51,10 @@ class LoadOptions:
     both here (bounded: ``measure_runs`` calls or ``measure_budget_s``) and
     keep the faster; the result is cached per device and package.
     min_cosine: refuse variants whose measured cosine to the reference is lower.
-    raw_io: pass/get quantized tensors as stored. root: where /proc and /sys
-    are read from for detection (tests use fake trees).
+    raw_io: pass/get quantized tensors as stored. check_finite: scan float inputs
+    for NaN/Inf (one memory-bound pass over the input; like scipy's
+    ``check_finite``, turn it off only for inputs you produce yourself).
+    root: where /proc and /sys are read from for detection (tests use fake trees).
     """
 
     variant: str | None = None
@@ -67,6 +69,7 @@ class LoadOptions:
     measure_runs: int = 30
     measure_budget_s: float = 1.0
     min_cosine: float | None = None
+    check_finite: bool = True
     root: str = "/"
 
     def __post_init__(self) -> None:
@@ -178,6 +181,7 @@ class Model:
         self._labels = self.manifest.labels
         self._meta = (variant.id, session.info.backend, self.manifest.name, self.manifest.version, variant.sha256)
         self._image_spec = next((s for s in self._inputs if s.preprocess is not None), None)
+        self._finite = options.check_finite
         self._close_lock = threading.Lock()
         self._closed = False
 
@@ -224,7 +228,7 @@ class Model:
         finite floats, C-contiguous); nothing is cast. Raises InputError
         subclasses, SessionClosedError, SessionError."""
         t0 = time.perf_counter_ns()
-        feeds = self._validate(inputs)
+        feeds = self._validate(inputs, finite=self._finite)
         t1 = time.perf_counter_ns()
         return self._finish(feeds, t0, t1, top_k, None)
 
@@ -245,7 +249,7 @@ class Model:
         t1 = time.perf_counter_ns()
         # Made from uint8 pixels and finite constants: finite in float32/64; the scan
         # (a full pass over the input) is kept for float16, where a tiny std could overflow.
-        feeds = self._validate({self._image_spec.name: x}, finite=self._image_spec.dtype == "float16")
+        feeds = self._validate({self._image_spec.name: x}, finite=self._finite and self._image_spec.dtype == "float16")
         t2 = time.perf_counter_ns()
         return self._finish(feeds, t0, t2, top_k, tf, pre_ns=t1 - t0)
 
@@ -294,7 +298,7 @@ class Model:
         for start in range(0, len(items), max_b):
             chunk = items[start : start + max_b]
             t0 = time.perf_counter_ns()
-            fed = [self._validate(x) for x in chunk]
+            fed = [self._validate(x, finite=self._finite) for x in chunk]
             for i, f in enumerate(fed):
                 for k, v in f.items():
                     if v.shape[0] != 1:
@@ -383,7 +387,7 @@ class Stream:
                 given = [k for k in inputs if k in m._state_inputs]
                 if given:
                     raise InputError(f"state input(s) {given} are fed by the stream; pass only {[n for n in m._validate.names if n not in m._state_inputs]}")
-            feeds = m._validate(inputs, skip=m._state_inputs)
+            feeds = m._validate(inputs, skip=m._state_inputs, finite=m._finite)
             feeds.update(self._state)
             t1 = time.perf_counter_ns()
             r = m._finish(feeds, t0, t1, top_k, None)

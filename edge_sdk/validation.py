@@ -8,6 +8,7 @@ attribute lookups and comparisons per input.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -26,14 +27,20 @@ from .package import TensorSpec
 _FLOATS = frozenset({"float16", "float32", "float64"})
 
 
+def _sum_is_finite(x: np.ndarray, acc: Any) -> bool:
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflowing sum is an answer here, not a warning
+        return math.isfinite(np.add.reduce(x, axis=None, dtype=acc))
+
+
 class _One:
-    __slots__ = ("name", "dtype", "rank", "checks", "is_float", "shape_text")
+    __slots__ = ("name", "dtype", "rank", "checks", "is_float", "shape_text", "acc")
 
     def __init__(self, spec: TensorSpec) -> None:
         self.name = spec.name
         self.dtype = np.dtype(spec.dtype)
         self.rank = len(spec.shape)
         self.is_float = spec.dtype in _FLOATS
+        self.acc = np.float32 if spec.dtype == "float16" else None  # float16 sums overflow at 65504
         # (axis, fixed value or None, lo, hi, dim name)
         checks = []
         for ax, d in enumerate(spec.shape):
@@ -73,7 +80,10 @@ class _One:
             raise NonContiguousInputError(
                 f"input {self.name!r}: expected a C-contiguous array, got strides {x.strides}; pass np.ascontiguousarray(x)"
             )
-        if finite and self.is_float and not np.isfinite(x).all():
+        # One summing pass: a finite sum proves there is no NaN/Inf (and reads the input
+        # once, as a memory-bound pass must); a non-finite sum (NaN/Inf, or an overflow
+        # of the sum itself) falls back to the exact element-wise check.
+        if finite and self.is_float and not _sum_is_finite(x, self.acc) and not np.isfinite(x).all():
             bad = int(np.count_nonzero(~np.isfinite(x)))
             raise NonFiniteInputError(f"input {self.name!r}: expected finite values, got {bad} NaN/Inf of {x.size}")
         return x

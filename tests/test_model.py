@@ -315,3 +315,32 @@ def test_classification_decoder(classes: int, apply_softmax: bool, monkeypatch: 
     monkeypatch.setattr(d, "_SMALL", 0)  # the numpy path gives the same answer
     other = d.decode_classification(x, labels, top_k=5, apply_softmax=apply_softmax)
     assert [[c.index for c in r] for r in other] == [[c.index for c in r] for r in got]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_finite_check_is_exact_when_the_sum_overflows(dtype: str) -> None:
+    # The fast path sums the input; a sum that overflows must not reject finite values,
+    # and NaN/Inf anywhere must still be caught (no warnings either way).
+    import warnings
+
+    from edge_sdk.validation import InputValidator
+
+    v = InputValidator([TensorSpec("x", dtype, (1, 4))])
+    big = np.finfo(dtype).max
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        v(np.array([[big, big, big, 1]], dtype))
+        for bad in (np.nan, np.inf, -np.inf):
+            with pytest.raises(errors.NonFiniteInputError, match="got 1 NaN/Inf of 4"):
+                v(np.array([[1, bad, 2, 3]], dtype))
+
+
+def test_check_finite_opt_out(mlp_package: Path) -> None:
+    nan = np.array([[np.nan] + [0.0] * 7], np.float32)
+    with edge_sdk.load(mlp_package, "generic-x86_64", check_finite=False) as m:
+        assert m.predict(nan).outputs["y"].shape == (1, 4)  # runs: the caller vouched for its inputs
+        with pytest.raises(errors.InputDTypeError):
+            m.predict(F64)  # every other check still applies
+    with edge_sdk.load(mlp_package, "generic-x86_64") as m:
+        with pytest.raises(errors.NonFiniteInputError):
+            m.predict(nan)
