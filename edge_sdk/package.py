@@ -745,6 +745,9 @@ class ModelPackage:
         self.source = source
         self.manifest = manifest
         self.manifest_sha256 = manifest_sha256
+        # (variant id, sha256) whose format checks passed: the checks are a pure
+        # function of the bytes, so equal digests need not be scanned twice.
+        self._format_checked: set[tuple[str, str]] = set()
 
     def __repr__(self) -> str:
         return f"ModelPackage({self.manifest.name!r} {self.manifest.version}, {len(self.manifest.variants)} variants, root={str(self.root)!r})"
@@ -844,12 +847,17 @@ class ModelPackage:
         """Check size and sha256 of every file of every variant, then sniff each
         model's format (ONNX structure, external data, TFLite header)."""
         for what, ref in self._files():
-            self._verify_ref(what, ref)
+            self._verify_ref(what, ref)  # every file (and the cheap size/digest errors) first
         for v in self.manifest.variants:
-            data = _contained(self.root, v.file, f"variant {v.id}").read_bytes()
-            self._check_model_bytes(v, data)
+            self.read_verified(v)  # the scanned bytes are the hashed bytes
 
     def _check_model_bytes(self, v: Variant, data: bytes) -> None:
+        if (v.id, v.sha256) in self._format_checked:
+            return
+        self._check_model_format(v, data)
+        self._format_checked.add((v.id, v.sha256))
+
+    def _check_model_format(self, v: Variant, data: bytes) -> None:
         kind = sniff_format(data)
         if kind == "pickle":
             raise UnsafePackageError(f"variant {v.id}: {v.file} is a pickle; pickles are not allowed")
