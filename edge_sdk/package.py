@@ -846,10 +846,8 @@ class ModelPackage:
     def verify(self) -> None:
         """Check size and sha256 of every file of every variant, then sniff each
         model's format (ONNX structure, external data, TFLite header)."""
-        for what, ref in self._files():
-            self._verify_ref(what, ref)  # every file (and the cheap size/digest errors) first
         for v in self.manifest.variants:
-            self.read_verified(v)  # the scanned bytes are the hashed bytes
+            self.read_verified(v)  # hashes and scans the same bytes; checks external data too
 
     def _check_model_bytes(self, v: Variant, data: bytes) -> None:
         if (v.id, v.sha256) in self._format_checked:
