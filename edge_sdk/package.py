@@ -883,6 +883,8 @@ class ModelPackage:
         """Read the variant's bytes once, check size, digest and format again, and
         return them: what a runtime gets is exactly what was verified."""
         path = _contained(self.root, v.file, f"variant {v.id}")
+        if not path.is_file():
+            raise IntegrityError(f"variant {v.id}: file {v.file!r} is missing from the package")
         try:
             data = path.read_bytes()
         except OSError as e:
