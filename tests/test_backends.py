@@ -269,7 +269,9 @@ def _dynamic(d: Path) -> bytes:
 
     src, dst = d / "fp32.onnx", d / "dyn.onnx"
     onnx.save(convmm_onnx(), src)
-    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+    # uint8 weights: ConvInteger with int8 weights exists only in newer ORT builds (1.23,
+    # the last with Python 3.10 wheels as on JetPack 6, lacks it)
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QUInt8)
     return dst.read_bytes()
 
 

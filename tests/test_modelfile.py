@@ -989,7 +989,9 @@ def test_sniff_table(make, expected):
 def test_sniff_real_ort_format_model(tmp_path):
     ort = pytest.importorskip("onnxruntime")
     src = tmp_path / "m.onnx"
-    onnx.save_model(if_model(), str(src))
+    m = if_model()
+    m.ir_version = 10  # onnx 1.23 writes IR 14 by default; ORT 1.23 (Python 3.10) reads up to 11
+    onnx.save_model(m, str(src))
     opts = ort.SessionOptions()
     opts.optimized_model_filepath = str(tmp_path / "m.ort")
     opts.add_session_config_entry("session.save_model_format", "ORT")
