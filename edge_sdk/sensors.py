@@ -52,7 +52,10 @@ def scan(root: str | Path = "/") -> list[SensorReading]:
     for dev in sorted((r / "sys/bus/i2c/devices").glob("*")):
         if (_read(dev / "name") or "").startswith("ina3221"):
             for lab in sorted(dev.glob("hwmon/hwmon*/in*_label")):
-                out.append(SensorReading("ina3221", _read(lab) or lab.name, str(lab.parent), None, "rail"))
+                k = lab.name[2:-6]  # in<K>_label
+                mv, ma = _num(_read(lab.parent / f"in{k}_input")), _num(_read(lab.parent / f"curr{k}_input"))
+                watts = mv * ma / 1e6 if mv is not None and ma is not None else None  # mV * mA -> W
+                out.append(SensorReading("ina3221", _read(lab) or lab.name, str(lab.parent), watts, "power_w"))
             for lab in sorted(dev.glob("iio:device*/rail_name_*")):
                 out.append(SensorReading("ina3221", _read(lab) or lab.name, str(lab.parent), None, "rail"))
     for z in sorted((r / "sys/class/powercap").glob("intel-rapl:*")):
