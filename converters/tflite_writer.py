@@ -57,7 +57,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Sequence, Tuple, Union
+from typing import Any, Sequence, Tuple, Union
 
 import flatbuffers
 import numpy as np
@@ -552,38 +552,11 @@ class TFLiteBuilder:
             raise TFLiteBuildError(
                 f"conv2d: weights take {in_c} input channels (OHWI), input has {xr.shape[3]} (NHWC)"
             )
-        sh, sw = _pair(stride, "stride")
-        dh, dw = _pair(dilation, "dilation")
-        pad = _padding(padding)
-        act = _activation(activation)
-        name = self._fresh_name(name, "conv2d")
-
-        def out_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
-            return (
-                shape[0],
-                _window_out(shape[1], kh, sh, dh, pad),
-                _window_out(shape[2], kw, sw, dw, pad),
-                out_c,
-            )
-
-        w_index, b_index, out_q, quantized = self._weights_and_bias(
-            xr, w, bias, 0, out_c, weight_scale, per_channel, out_quant, name
-        )
-        out = self._op_output(name, out_shape(xr.shape), out_shape(xr.signature), xr.dtype, out_q)
-        options = _schema.Conv2DOptionsT()
-        options.padding = pad
-        options.strideH, options.strideW = sh, sw
-        options.dilationHFactor, options.dilationWFactor = dh, dw
-        options.fusedActivationFunction = act
-        self._add_op(
-            _BuiltinOp.CONV_2D,
-            3 if quantized else 1,
-            [xi, w_index, b_index],
-            [out],
-            _Options.Conv2DOptions,
-            options,
-        )
-        return self._handle(out)
+        return self._windowed(
+            "conv2d", xi, xr, w, bias, out_c, (kh, kw), 0, _schema.Conv2DOptionsT(), _BuiltinOp.CONV_2D,
+            _Options.Conv2DOptions, stride=stride, padding=padding, activation=activation, dilation=dilation,
+            out_quant=out_quant, weight_scale=weight_scale, per_channel=per_channel, name=name, dilated_float_version=1,
+        )  # fmt: skip
 
     def depthwise_conv2d(
         self,
@@ -619,11 +592,48 @@ class TFLiteBuilder:
                 f"depthwise_conv2d: {out_c} output channels is not a multiple of {in_c} input channels"
             )
         multiplier = out_c // in_c
+        options = _schema.DepthwiseConv2DOptionsT()
+        options.depthMultiplier = multiplier
+        return self._windowed(
+            "depthwise_conv2d", xi, xr, w, bias, out_c, (kh, kw), 3, options, _BuiltinOp.DEPTHWISE_CONV_2D,
+            _Options.DepthwiseConv2DOptions, stride=stride, padding=padding, activation=activation, dilation=dilation,
+            out_quant=out_quant, weight_scale=weight_scale, per_channel=per_channel, name=name, dilated_float_version=2,
+        )  # fmt: skip
+
+    def _windowed(
+        self,
+        op_name: str,
+        xi: int,
+        xr: _TensorRecord,
+        w: np.ndarray,
+        bias: npt.ArrayLike | None,
+        out_c: int,
+        kernel_hw: tuple[int, int],
+        weight_axis: int,
+        options: Any,
+        builtin: int,
+        options_type: int,
+        *,
+        stride: IntPair,
+        padding: str,
+        activation: str | None,
+        dilation: IntPair,
+        out_quant: QuantLike | None,
+        weight_scale: npt.ArrayLike | None,
+        per_channel: bool,
+        name: str | None,
+        dilated_float_version: int,
+    ) -> Tensor:
+        """The part CONV_2D and DEPTHWISE_CONV_2D share: window geometry, weights
+        and bias (quantized along ``weight_axis`` for int8), the output tensor, the
+        stride/padding/dilation/activation options and the op version (int8: 3;
+        float: ``dilated_float_version`` when dilated, else 1)."""
+        kh, kw = kernel_hw
         sh, sw = _pair(stride, "stride")
         dh, dw = _pair(dilation, "dilation")
         pad = _padding(padding)
         act = _activation(activation)
-        name = self._fresh_name(name, "depthwise_conv2d")
+        name = self._fresh_name(name, op_name)
 
         def out_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
             return (
@@ -634,27 +644,18 @@ class TFLiteBuilder:
             )
 
         w_index, b_index, out_q, quantized = self._weights_and_bias(
-            xr, w, bias, 3, out_c, weight_scale, per_channel, out_quant, name
+            xr, w, bias, weight_axis, out_c, weight_scale, per_channel, out_quant, name
         )
         out = self._op_output(name, out_shape(xr.shape), out_shape(xr.signature), xr.dtype, out_q)
-        options = _schema.DepthwiseConv2DOptionsT()
         options.padding = pad
         options.strideH, options.strideW = sh, sw
         options.dilationHFactor, options.dilationWFactor = dh, dw
-        options.depthMultiplier = multiplier
         options.fusedActivationFunction = act
         if quantized:
             version = 3
         else:
-            version = 2 if (dh, dw) != (1, 1) else 1
-        self._add_op(
-            _BuiltinOp.DEPTHWISE_CONV_2D,
-            version,
-            [xi, w_index, b_index],
-            [out],
-            _Options.DepthwiseConv2DOptions,
-            options,
-        )
+            version = dilated_float_version if (dh, dw) != (1, 1) else 1
+        self._add_op(builtin, version, [xi, w_index, b_index], [out], options_type, options)
         return self._handle(out)
 
     def fully_connected(
