@@ -350,36 +350,113 @@ class FileRef:
 
 @dataclass(frozen=True)
 class Quality:
-    """How a variant compares with the reference variant on ``dataset``."""
+    """How a variant compares with the reference variant on ``dataset``:
+    cosine similarity and max abs error of the outputs, top-1/top-5 agreement,
+    and a task metric (``metric`` = ``value``) when labels were given."""
 
     reference: str | None = None
     cosine: float | None = None
+    max_abs_error: float | None = None
     top1_agreement: float | None = None
+    top5_agreement: float | None = None
     metric: str | None = None
     value: float | None = None
     dataset: str | None = None
     samples: int | None = None
 
+    _NUMS = ("cosine", "max_abs_error", "top1_agreement", "top5_agreement", "value")
+
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str) -> "Quality":
-        _no_unknown(d, ("reference", "cosine", "top1_agreement", "metric", "value", "dataset", "samples"), where)
-
-        def num(k: str) -> float | None:
-            v = _opt(d, k, (int, float), where)
-            return None if v is None else float(v)
-
+        _no_unknown(d, ("reference", "metric", "dataset", "samples", *cls._NUMS), where)
+        nums = {k: (None if (v := _opt(d, k, (int, float), where)) is None else float(v)) for k in cls._NUMS}
         return cls(
             reference=_opt(d, "reference", str, where),
-            cosine=num("cosine"),
-            top1_agreement=num("top1_agreement"),
             metric=_opt(d, "metric", str, where),
-            value=num("value"),
             dataset=_opt(d, "dataset", str, where),
             samples=_opt(d, "samples", int, where),
+            **nums,
         )
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The quality gate a variant was held to when the package was made.
+
+    ``thresholds``: (quality field, minimum) pairs (``max_abs_error`` is a
+    maximum). ``failures``: what it missed. A variant with ``passed = false``
+    is only in the package because the converter was run with ``--force``
+    (``forced = true``); selection skips it unless it is asked for by id.
+    """
+
+    passed: bool
+    thresholds: tuple[tuple[str, float], ...] = ()
+    failures: tuple[str, ...] = ()
+    forced: bool = False
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: str) -> "Gate":
+        _no_unknown(d, ("passed", "thresholds", "failures", "forced"), where)
+        th = _opt(d, "thresholds", dict, where, {})
+        for k, v in th.items():
+            if k not in Quality._NUMS:
+                raise ManifestError(f"{where}.thresholds.{k}: not a quality figure; expected one of {list(Quality._NUMS)}")
+            _typed(v, (int, float), f"{where}.thresholds.{k}")
+        g = cls(
+            passed=_req(d, "passed", bool, where),
+            thresholds=tuple((k, float(v)) for k, v in th.items()),
+            failures=tuple(_typed(x, str, f"{where}.failures") for x in _opt(d, "failures", list, where, [])),
+            forced=_opt(d, "forced", bool, where, False),
+        )
+        if not g.passed and not g.forced:
+            raise ManifestError(f"{where}: a variant that failed its gate may only be in a package when forced (forced = true)")
+        return g
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"passed": self.passed}
+        if self.thresholds:
+            d["thresholds"] = dict(self.thresholds)
+        if self.failures:
+            d["failures"] = list(self.failures)
+        if self.forced:
+            d["forced"] = True
+        return d
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """A latency measured when the package was made: median ms per call of
+    this variant (and of the reference, in the same run) on a machine that
+    resolved to ``profile``, at ``threads`` and ``batch``."""
+
+    profile: str
+    latency_ms: float
+    threads: int
+    batch: int = 1
+    reference_latency_ms: float | None = None
+    machine: str = ""
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: str) -> "Benchmark":
+        _no_unknown(d, ("profile", "latency_ms", "threads", "batch", "reference_latency_ms", "machine"), where)
+        lat = float(_req(d, "latency_ms", (int, float), where))
+        ref = _opt(d, "reference_latency_ms", (int, float), where)
+        if lat <= 0 or (ref is not None and ref <= 0):
+            raise ManifestError(f"{where}: latencies must be > 0 ms, got {lat} / {ref}")
+        return cls(
+            profile=_req(d, "profile", str, where),
+            latency_ms=lat,
+            threads=_req(d, "threads", int, where),
+            batch=_opt(d, "batch", int, where, 1),
+            reference_latency_ms=None if ref is None else float(ref),
+            machine=_opt(d, "machine", str, where, ""),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None and v != ""}
 
 
 @dataclass(frozen=True)
@@ -401,6 +478,8 @@ class Variant:
     inputs: tuple[TensorSpec, ...] | None = None
     outputs: tuple[TensorSpec, ...] | None = None
     quality: Quality | None = None
+    gate: Gate | None = None
+    benchmarks: tuple[Benchmark, ...] = ()
 
     @property
     def format(self) -> str:
@@ -414,7 +493,7 @@ class Variant:
     def from_dict(cls, d: Mapping[str, Any], where: str) -> "Variant":
         _no_unknown(
             d,
-            ("id", "file", "backend", "precision", "sha256", "size", "reference", "external_data", "inputs", "outputs", "quality"),
+            ("id", "file", "backend", "precision", "sha256", "size", "reference", "external_data", "inputs", "outputs", "quality", "gate", "benchmarks"),
             where,
         )
         vid = _req(d, "id", str, where)
@@ -450,6 +529,11 @@ class Variant:
             inputs=ins,
             outputs=outs,
             quality=Quality.from_dict(_typed(d["quality"], dict, f"{where}.quality"), f"{where}.quality") if "quality" in d else None,
+            gate=Gate.from_dict(_typed(d["gate"], dict, f"{where}.gate"), f"{where}.gate") if "gate" in d else None,
+            benchmarks=tuple(
+                Benchmark.from_dict(_typed(b, dict, f"{where}.benchmarks[{i}]"), f"{where}.benchmarks[{i}]")
+                for i, b in enumerate(_opt(d, "benchmarks", list, where, []))
+            ),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -471,6 +555,10 @@ class Variant:
             d["outputs"] = [t.to_dict() for t in self.outputs]
         if self.quality is not None:
             d["quality"] = self.quality.to_dict()
+        if self.gate is not None:
+            d["gate"] = self.gate.to_dict()
+        if self.benchmarks:
+            d["benchmarks"] = [b.to_dict() for b in self.benchmarks]
         return d
 
 

@@ -7,12 +7,18 @@ Rules, applied to every variant (each rejection is a reason in the result):
 3. its estimated memory (file bytes x ``MEMORY_FACTOR``: weights plus the
    runtime's working copy) must fit the effective memory budget;
 4. if ``min_cosine`` is given, its measured cosine against the reference must
-   reach it (variants without a measurement pass, with a note).
+   reach it (variants without a measurement pass, with a note);
+5. a variant that failed its quality gate (in the package only because the
+   converter was forced) is skipped.
 
 The accepted ones are ranked by (precision position in the profile, backend
-position in the profile). When the best precision is offered by more than one
-backend, the tie is ``measurable``: :mod:`edge_sdk.model` times both on this
-device and records the result (``Selection.with_measurement``).
+position in the profile), with two corrections from latencies the converter
+measured on a machine of this profile (``variant.benchmarks``): when every
+accepted variant has one, the fastest wins; otherwise a variant measured
+slower than the reference is ranked after the reference (on Arm without dot
+product, int8 can be slower than fp32). When the best precision is offered by
+more than one backend, the tie is ``measurable``: :mod:`edge_sdk.model` times
+both on this device and records the result (``Selection.with_measurement``).
 A forced variant skips the ranking but not rules 1 and 3.
 """
 
@@ -23,7 +29,7 @@ from typing import Mapping
 
 from .backends.base import BackendStatus
 from .errors import SelectionError
-from .package import Manifest, Variant
+from .package import Benchmark, Manifest, Variant
 from .profiles import DeviceProfile
 
 MEMORY_FACTOR = 2.0
@@ -39,7 +45,7 @@ class Candidate:
     precision: str
     accepted: bool
     reasons: tuple[str, ...]
-    rank: tuple[int, int] = (99, 99)
+    rank: tuple[float, ...] = (99, 99)
     measured_ms: float | None = None
 
 
@@ -64,7 +70,7 @@ class Selection:
         if self.forced:
             return ()
         return tuple(
-            c for c in self.candidates if c.accepted and c.rank[0] == self.chosen.rank[0] and c.backend != self.chosen.backend
+            c for c in self.candidates if c.accepted and c.rank[:-1] == self.chosen.rank[:-1] and c.backend != self.chosen.backend
         )
 
     def with_measurement(self, timings_ms: Mapping[str, float], how: str) -> "Selection":
@@ -154,7 +160,43 @@ def _judge(
             reasons.append(f"cosine {cos:.4f} vs reference below the {min_cosine} gate")
         else:
             reasons.append(f"cosine {cos:.4f} meets the {min_cosine} gate")
+    if v.gate is not None and not v.gate.passed:
+        ok = False
+        reasons.append("failed its quality gate when packaged (" + "; ".join(v.gate.failures) + "); only used when asked for by id")
     return Candidate(v.id, v.backend, v.precision, ok, tuple(reasons), (p_rank, b_rank))
+
+
+def _measured(v: Variant, profile: str) -> Benchmark | None:
+    """The batch-1 benchmark of ``v`` on ``profile`` with the most threads."""
+    bs = [b for b in v.benchmarks if b.profile == profile and b.batch == 1]
+    return max(bs, key=lambda b: b.threads) if bs else None
+
+
+def _apply_benchmarks(manifest: Manifest, profile: str, cands: tuple[Candidate, ...]) -> tuple[Candidate, ...]:
+    by_id = {v.id: v for v in manifest.variants}
+    ok = [c for c in cands if c.accepted]
+    meas = {c.variant_id: _measured(by_id[c.variant_id], profile) for c in ok}
+    if len(ok) > 1 and all(m is not None for m in meas.values()):
+        out = []
+        for c in cands:
+            m = meas.get(c.variant_id)
+            if m is not None:
+                c = replace(c, rank=(m.latency_ms, *c.rank), reasons=c.reasons + (f"measured {m.latency_ms:.3f} ms at batch 1 on {profile} when packaged",))
+            out.append(c)
+        return tuple(out)
+    ref = manifest.reference_variant
+    ref_rank = next((c.rank for c in cands if c.variant_id == ref.id), None)
+    out = []
+    for c in cands:
+        m = meas.get(c.variant_id)
+        if c.accepted and c.variant_id != ref.id and m is not None and m.reference_latency_ms is not None and m.latency_ms > m.reference_latency_ms:
+            c = replace(
+                c,
+                rank=((ref_rank[0] if ref_rank else c.rank[0]) + 0.5, c.rank[1]),
+                reasons=c.reasons + (f"measured slower than the reference {ref.id} on {profile} ({m.latency_ms:.3f} vs {m.reference_latency_ms:.3f} ms): ranked after it",),
+            )
+        out.append(c)
+    return tuple(out)
 
 
 def select_variant(
@@ -170,12 +212,14 @@ def select_variant(
     (the message lists each variant and why it lost) or ``variant`` is unknown
     or cannot run here."""
     cands = tuple(_judge(v, profile, backends, memory_budget_mb, min_cosine) for v in manifest.variants)
+    if variant is None:
+        cands = _apply_benchmarks(manifest, profile.name, cands)
     if variant is not None:
         ids = [c.variant_id for c in cands]
         if variant not in ids:
             raise SelectionError(f"variant {variant!r} is not in package {manifest.name}; it has {ids}")
         c = next(c for c in cands if c.variant_id == variant)
-        hard = [r for r in c.reasons if "not available" in r or "over the" in r]
+        hard = [r for r in c.reasons if "not available" in r or "over the" in r]  # gate failures may be forced
         if hard:
             raise SelectionError(f"forced variant {variant!r} cannot run here: {'; '.join(hard)}")
         c = replace(c, accepted=True, reasons=c.reasons + ("forced by the caller",))

@@ -101,3 +101,69 @@ def test_forced_variant_errors() -> None:
         select_variant(M, p, BOTH, variant="nope")
     with pytest.raises(errors.SelectionError, match="cannot run here"):
         select_variant(M, p, {"onnxruntime": ORT, "litert": NO_LRT}, variant="int8-tfl")
+
+
+def _with(m: Manifest, vid: str, **fields) -> Manifest:
+    return dataclasses.replace(m, variants=tuple(dataclasses.replace(v, **fields) if v.id == vid else v for v in m.variants))
+
+
+def test_gate_failed_variant_is_skipped_unless_asked_for() -> None:
+    from edge_sdk.package import Gate
+
+    m = _with(M, "int8-onnx", gate=Gate(False, (("cosine", 0.99),), ("cosine 0.95 < 0.99",), forced=True))
+    p = load_profile("generic-x86_64")
+    sel = select_variant(m, p, {"onnxruntime": ORT, "litert": NO_LRT})
+    assert sel.variant_id == "fp32-onnx"
+    bad = next(c for c in sel.candidates if c.variant_id == "int8-onnx")
+    assert not bad.accepted and any("failed its quality gate" in r and "cosine 0.95 < 0.99" in r for r in bad.reasons)
+    assert select_variant(m, p, {"onnxruntime": ORT, "litert": NO_LRT}, variant="int8-onnx").variant_id == "int8-onnx"
+
+
+def test_benchmarks_measured_slower_than_reference_are_ranked_after_it() -> None:
+    from edge_sdk.package import Benchmark
+
+    m = _with(M, "fp32-onnx", reference=True)
+    # int8 measured slower than fp32 on this profile (e.g. Arm without dot product)
+    m = _with(m, "int8-onnx", benchmarks=(Benchmark("raspberry-pi-4", 12.0, 4, 1, 9.0),))
+    p = load_profile("raspberry-pi-4")
+    sel = select_variant(m, p, {"onnxruntime": ORT, "litert": NO_LRT})
+    assert sel.variant_id == "fp32-onnx", sel.explain()
+    assert any("measured slower than the reference" in r for r in next(c for c in sel.candidates if c.variant_id == "int8-onnx").reasons)
+    # a benchmark for another profile changes nothing
+    m2 = _with(M, "int8-onnx", benchmarks=(Benchmark("raspberry-pi-5", 12.0, 4, 1, 9.0),))
+    assert select_variant(m2, p, {"onnxruntime": ORT, "litert": NO_LRT}).variant_id == "int8-onnx"
+
+
+def test_benchmarks_for_every_candidate_pick_the_fastest() -> None:
+    from edge_sdk.package import Benchmark
+
+    m = manifest(("fp32-onnx", "onnxruntime", "fp32", 4_000_000, None), ("int8-onnx", "onnxruntime", "int8", 1_000_000, 0.999))
+    m = _with(m, "fp32-onnx", benchmarks=(Benchmark("generic-x86_64", 5.0, 2),))
+    m = _with(m, "int8-onnx", benchmarks=(Benchmark("generic-x86_64", 2.5, 2),))
+    p = load_profile("generic-x86_64")
+    assert select_variant(m, p, {"onnxruntime": ORT}).variant_id == "int8-onnx"
+    m = _with(m, "int8-onnx", benchmarks=(Benchmark("generic-x86_64", 6.0, 2),))
+    sel = select_variant(m, p, {"onnxruntime": ORT})
+    assert sel.variant_id == "fp32-onnx" and any("measured 5.000 ms" in r for r in sel.chosen.reasons)
+
+
+def test_gate_and_benchmark_manifest_fields_round_trip() -> None:
+    from edge_sdk import _toml
+
+    d = {
+        "schema": 1, "name": "m", "version": "1", "task": "raw",
+        "inputs": [{"name": "x", "dtype": "float32", "shape": [1, 4]}],
+        "outputs": [{"name": "y", "dtype": "float32", "shape": [1, 4]}],
+        "variants": [{"id": "a", "file": "a.onnx", "backend": "onnxruntime", "precision": "int8", "sha256": "a" * 64, "size": 1,
+                      "gate": {"passed": False, "forced": True, "thresholds": {"cosine": 0.99}, "failures": ["cosine 0.9 < 0.99"]},
+                      "benchmarks": [{"profile": "generic-x86_64", "latency_ms": 1.5, "threads": 2, "reference_latency_ms": 2.0}],
+                      "quality": {"cosine": 0.9, "max_abs_error": 0.3, "top5_agreement": 1.0}}],
+    }  # fmt: skip
+    m = Manifest.from_dict(d)
+    assert Manifest.from_dict(_toml.loads(m.to_toml())) == m
+    d["variants"][0]["gate"]["forced"] = False  # a failed gate without --force cannot be in a package
+    with pytest.raises(errors.ManifestError, match="only be in a package when forced"):
+        Manifest.from_dict(d)
+    d["variants"][0]["gate"] = {"passed": True, "thresholds": {"speed": 1.0}}
+    with pytest.raises(errors.ManifestError, match="not a quality figure"):
+        Manifest.from_dict(d)
