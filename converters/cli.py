@@ -149,6 +149,128 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parse_preprocess(text: str) -> Any:
+    """``size=224x224,resize=letterbox,color=RGB,mean=0.485:0.456:0.406,std=...,scale=...``"""
+    from edge_sdk.package import ImagePreprocess
+
+    d: dict[str, Any] = {"kind": "image"}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        k, _, v = part.partition("=")
+        try:
+            if k == "size":
+                h, _, w = v.lower().partition("x")
+                d["size_hw"] = [int(h), int(w)]
+            elif k in ("mean", "std"):
+                d[k] = [float(x) for x in v.split(":")]
+            elif k == "scale":
+                d[k] = float(v)
+            elif k in ("pad_value",):
+                d[k] = int(v)
+            elif k == "crop_fraction":
+                d[k] = float(v)
+            elif k in ("resize", "color"):
+                d[k] = v
+            else:
+                raise SystemExit(f"edge-convert: --preprocess: unknown key {k!r} (size, resize, color, mean, std, scale, pad_value, crop_fraction)")
+        except ValueError:
+            raise SystemExit(f"edge-convert: --preprocess: bad value for {k}: {v!r}") from None
+    if "size_hw" not in d:
+        raise SystemExit("edge-convert: --preprocess needs size=HxW")
+    return ImagePreprocess.from_dict(d, "--preprocess")
+
+
+def _read_labels(path: str) -> Any:
+    """A .json (list: class indices, or per-sample boxes for detection) or a text file of class indices."""
+    import json
+
+    p = Path(path)
+    if p.suffix == ".json":
+        return json.loads(p.read_text())
+    return [int(x) for x in p.read_text().split()]
+
+
+def cmd_quantize(args: argparse.Namespace) -> int:
+    from .pipeline import ConvertOptions, convert
+    from .quantize import Int4Options, Int8Options, parse_targets
+    from .validate import parse_gate
+
+    opts = ConvertOptions(
+        targets=parse_targets(args.to),
+        task=args.task,
+        name=args.name,
+        version=args.version,
+        dims=dict(_parse_dim(d) for d in args.dim),
+        preprocess=_parse_preprocess(args.preprocess) if args.preprocess else None,
+        class_names=tuple(ln.strip() for ln in Path(args.class_names).read_text().splitlines() if ln.strip()) if args.class_names else (),
+        int8=Int8Options(
+            method=args.int8_method, activation_type=args.activation_type, weight_type=args.weight_type, calibration=args.calibration_method
+        ),
+        int4=Int4Options(block_size=args.block_size, accuracy_level=None if args.accuracy_level < 0 else args.accuracy_level),
+        gate=parse_gate(args.gate) if args.gate else None,
+        force=args.force,
+        repair=not args.no_repair,
+        max_keep_float=args.max_keep_float,
+        holdout=args.holdout,
+        limit=args.limit,
+        threads=args.threads,
+        profile=args.profile,
+        overwrite=args.overwrite,
+        tflite=tuple((Path(f.rsplit(":", 1)[0]), f.rsplit(":", 1)[1] if ":" in f else "fp32") for f in args.tflite),
+        labels=_read_labels(args.labels) if args.labels else None,
+        progress=not args.quiet,
+    )
+    res = convert(args.model, args.calibration, args.out, opts, validation=args.validation)
+    for row in res.report["variants"]:
+        q = row["quality"]
+        gate = "PASS" if row["gate"]["passed"] else ("FORCED" if row["gate"]["forced"] else "FAIL")
+        lat = f"{row['latency_ms']:.3f} ms" if row["latency_ms"] else "-"
+        cos = f"cosine {q['cosine']:.5f}" if "cosine" in q else ""
+        print(f"{row['id']:12s} {gate:6s} {lat:>11s} {cos} {row['method']}" + ("" if row["written"] else "  [not written]"))
+        for f in row["gate"]["failures"]:
+            print(f"{'':12s}   {f}")
+    print(f"wrote {res.package} ({', '.join(res.written)}); report: report.md, report.json, report.png")
+    return 0 if not res.refused else 3
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    import json
+
+    from edge_sdk.package import ModelPackage
+
+    from .calibration import load_data
+    from .validate import validate_package
+
+    pkg = ModelPackage.open(args.package)
+    data = load_data(args.data, pkg.manifest.inputs, limit=args.limit, progress=not args.quiet)
+    labels = _read_labels(args.labels) if args.labels else data.labels
+    res = validate_package(pkg, list(data.samples), labels=labels, dataset=str(args.data), profile=args.profile, threads=args.threads)
+    rows = []
+    for vid, r in res.items():
+        q = r.quality.to_dict() if r.quality else {}
+        rows.append({"variant": vid, "size": r.size, "latency_ms": r.latency_ms, "reference_latency_ms": r.reference_latency_ms, **q, "notes": list(r.notes)})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(f"{'variant':14s} {'size KiB':>9s} {'ms':>8s} {'cosine':>9s} {'max abs':>9s} {'top1':>6s} {'top5':>6s} metric")
+        for r in rows:
+            print(
+                f"{r['variant']:14s} {r['size'] / 1024:9.1f} {r['latency_ms'] or 0:8.3f} {r.get('cosine', float('nan')):9.5f} "
+                f"{r.get('max_abs_error', float('nan')):9.4g} {r.get('top1_agreement', float('nan')):6.3f} {r.get('top5_agreement', float('nan')):6.3f} "
+                f"{(r.get('metric') or '')} {r.get('value', '') if r.get('metric') else ''}"
+            )
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    import json
+
+    from .inspect_model import format_inspection, inspect_model
+
+    info = inspect_model(args.model)
+    print(json.dumps(info.to_dict(), indent=2, default=str) if args.json else format_inspection(info))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="edge-convert", description="Build and check edge_sdk model packages.")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -164,10 +286,63 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--overwrite", action="store_true", help="replace files in a non-empty OUT")
     p = sub.add_parser("verify", help="open a package and verify every digest")
     p.add_argument("package")
+
+    p = sub.add_parser("quantize", help="quantize an fp32 ONNX model into a measured, gated package")
+    p.add_argument("model", help="fp32 ONNX model")
+    p.add_argument("--calibration", required=True, help="image folder, .npy/.npz, video file or .csv of sensor windows")
+    p.add_argument("--to", default="int8", help="comma list of int8, int4, fp16 (default int8)")
+    p.add_argument("--out", required=True, type=Path, help="package folder to write")
+    p.add_argument("--task", default="raw", choices=["classification", "detection", "segmentation", "embedding", "audio", "raw"])
+    p.add_argument("--name")
+    p.add_argument("--version", default="1.0.0")
+    p.add_argument("--preprocess", help="image input: size=HxW,resize=stretch|letterbox|center_crop,color=RGB|BGR|GRAY,mean=a:b:c,std=a:b:c,scale=s")
+    p.add_argument("--dim", action="append", default=[], metavar="NAME=MIN:MAX", help="bounds of a dynamic input dim")
+    p.add_argument("--class-names", help="text file, one class name per line")
+    p.add_argument("--validation", help="held-out data (default: hold out --holdout of the calibration data)")
+    p.add_argument("--holdout", type=float, default=0.25)
+    p.add_argument("--labels", help="validation labels: text file of class indices, or .json (indices, or boxes per sample for detection)")
+    p.add_argument("--limit", type=int, default=256, help="at most this many samples from each data source")
+    p.add_argument("--int8-method", default="auto", choices=["auto", "static", "dynamic"])
+    p.add_argument("--activation-type", default="uint8", choices=["uint8", "int8"])
+    p.add_argument("--weight-type", default="int8", choices=["uint8", "int8"])
+    p.add_argument("--calibration-method", default="minmax", choices=["minmax", "entropy", "percentile"])
+    p.add_argument("--block-size", type=int, default=32, help="int4 weights per scale")
+    p.add_argument("--accuracy-level", type=int, default=4, help="int4 MatMulNBits compute type (4: int8 path; -1: none)")
+    p.add_argument("--gate", help="e.g. cosine=0.995,top1_agreement=0.99 (default: the task's gate)")
+    p.add_argument("--force", action="store_true", help="write variants that fail their gate, with the failure recorded")
+    p.add_argument("--no-repair", action="store_true", help="do not keep sensitive nodes in float when int8 fails its gate")
+    p.add_argument("--max-keep-float", type=int, default=8)
+    p.add_argument("--tflite", action="append", default=[], metavar="FILE[:PRECISION]", help="add an existing TFLite model as a variant")
+    p.add_argument("--threads", type=int)
+    p.add_argument("--profile", help="device profile to record measurements under (default: detected)")
+    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    p = sub.add_parser("validate", help="measure every variant of a package against its reference")
+    p.add_argument("package")
+    p.add_argument("--data", required=True)
+    p.add_argument("--labels")
+    p.add_argument("--limit", type=int, default=256)
+    p.add_argument("--threads", type=int)
+    p.add_argument("--profile")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--quiet", action="store_true")
+
+    p = sub.add_parser("inspect", help="ops, opset, inputs/outputs, parameters and which quantization modes apply")
+    p.add_argument("model")
+    p.add_argument("--json", action="store_true")
+
     args = ap.parse_args(argv)
+    from .calibration import CalibrationError
+    from .inspect_model import InspectError
+    from .pipeline import ConvertError
+    from .quantize import QuantizeError
+    from .validate import ValidationError
+
+    handlers = {"package": cmd_package, "verify": cmd_verify, "quantize": cmd_quantize, "validate": cmd_validate, "inspect": cmd_inspect}
     try:
-        return {"package": cmd_package, "verify": cmd_verify}[args.cmd](args)
-    except (EdgeSDKError, FileExistsError) as e:
+        return handlers[args.cmd](args)
+    except (EdgeSDKError, FileExistsError, ConvertError, CalibrationError, QuantizeError, ValidationError, InspectError) as e:
         print(f"edge-convert: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
 

@@ -33,6 +33,7 @@ from .package import Benchmark, Manifest, Variant
 from .profiles import DeviceProfile
 
 MEMORY_FACTOR = 2.0
+SLOWER_MARGIN = 1.03  # measured over 3 % slower than the reference counts as slower (run-to-run noise is ~1-2 %)
 MiB = 1024 * 1024
 
 
@@ -189,7 +190,7 @@ def _apply_benchmarks(manifest: Manifest, profile: str, cands: tuple[Candidate, 
     out = []
     for c in cands:
         m = meas.get(c.variant_id)
-        if c.accepted and c.variant_id != ref.id and m is not None and m.reference_latency_ms is not None and m.latency_ms > m.reference_latency_ms:
+        if c.accepted and c.variant_id != ref.id and m is not None and m.reference_latency_ms is not None and m.latency_ms > m.reference_latency_ms * SLOWER_MARGIN:
             c = replace(
                 c,
                 rank=((ref_rank[0] if ref_rank else c.rank[0]) + 0.5, c.rank[1]),

@@ -1,0 +1,215 @@
+"""Make the variants of a float ONNX model with ONNX Runtime's own tooling.
+
+- int8 static: ``quant_pre_process`` then ``quantize_static`` (QDQ, per-channel;
+  activation/weight types and calibration method selectable) — for CNN-like graphs.
+- int8 dynamic: ``quantize_dynamic`` — for RNN/transformer-like graphs.
+- int4 weight-only: ``MatMulNBitsQuantizer`` (MatMulNBits, block size selectable,
+  ``accuracy_level=4`` by default: the int8 compute path on CPUs with
+  VNNI / dot-product instructions).
+- fp16: ``onnxruntime.transformers.float16.convert_float_to_float16`` with fp32
+  inputs/outputs kept, so every variant shares the package's tensor specs.
+
+Defaults follow what was measured (docs/benchmarks.md), not folklore: static
+QDQ with uint8 activations and int8 weights was the fastest int8 form for a
+MobileNetV2-class CNN on x86 with VNNI.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+CNN_OPS = frozenset({"Conv", "ConvTranspose"})
+SEQ_OPS = frozenset({"LSTM", "GRU", "RNN", "Attention", "MultiHeadAttention", "LayerNormalization", "com.microsoft.Attention"})
+MATMUL_OPS = frozenset({"MatMul", "Gemm"})
+
+
+class QuantizeError(ValueError):
+    """A variant could not be made; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Int8Options:
+    """``method``: auto | static | dynamic. ``activation_type``/``weight_type``:
+    uint8 | int8. ``calibration``: minmax | entropy | percentile (static only)."""
+
+    method: str = "auto"
+    activation_type: str = "uint8"
+    weight_type: str = "int8"
+    calibration: str = "minmax"
+    per_channel: bool = True
+    nodes_to_exclude: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name, value, allowed in (
+            ("method", self.method, ("auto", "static", "dynamic")),
+            ("activation_type", self.activation_type, ("uint8", "int8")),
+            ("weight_type", self.weight_type, ("uint8", "int8")),
+            ("calibration", self.calibration, ("minmax", "entropy", "percentile")),
+        ):
+            if value not in allowed:
+                raise QuantizeError(f"int8 {name}: expected one of {list(allowed)}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Int4Options:
+    """``block_size``: weights per scale (a power of two >= 16). ``accuracy_level``:
+    ONNX Runtime's MatMulNBits compute type (4 = int8 activations, the fast path
+    on CPUs with VNNI/dot product; 0/None = fp32 dequantize + GEMM)."""
+
+    block_size: int = 32
+    symmetric: bool = True
+    accuracy_level: int | None = 4
+
+    def __post_init__(self) -> None:
+        if self.block_size < 16 or self.block_size & (self.block_size - 1):
+            raise QuantizeError(f"int4 block_size: expected a power of two >= 16, got {self.block_size}")
+        if self.accuracy_level not in (None, 0, 1, 2, 3, 4):
+            raise QuantizeError(f"int4 accuracy_level: expected 0..4, got {self.accuracy_level}")
+
+
+def op_types(model_path: Path) -> dict[str, int]:
+    """Op type -> count over the main graph (non-default domains prefixed)."""
+    import onnx
+
+    m = onnx.load(str(model_path), load_external_data=False)
+    out: dict[str, int] = {}
+    for n in m.graph.node:
+        k = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
+        out[k] = out.get(k, 0) + 1
+    return out
+
+
+def choose_int8_method(model_path: Path) -> tuple[str, str]:
+    """("static" | "dynamic", why). Dynamic for RNN/transformer-like graphs (recurrent
+    or attention ops, or MatMul-heavy with no convolution); static otherwise."""
+    ops = op_types(model_path)
+    seq = sorted(k for k in ops if k in SEQ_OPS)
+    convs = sum(ops.get(k, 0) for k in CNN_OPS)
+    mm = sum(ops.get(k, 0) for k in MATMUL_OPS)
+    if seq:
+        return "dynamic", f"sequence/attention ops {seq}: dynamic int8 (activation ranges vary per input)"
+    if convs == 0 and mm > 0:
+        return "dynamic", f"{mm} MatMul/Gemm and no convolution: transformer/MLP-like, dynamic int8"
+    return "static", f"{convs} convolution(s): CNN-like, static QDQ int8 with calibration"
+
+
+def preprocess(src: Path, dst: Path) -> Path:
+    """ORT's recommended pre-processing (symbolic shape inference, graph
+    optimisation) before quantization; falls back to a plain copy with the
+    reason when the model defeats shape inference."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    try:
+        quant_pre_process(str(src), str(dst), skip_symbolic_shape=False)
+    except Exception:  # symbolic shape inference fails on some graphs; ONNX shape inference alone then
+        try:
+            quant_pre_process(str(src), str(dst), skip_symbolic_shape=True)
+        except Exception:
+            shutil.copyfile(src, dst)
+    return dst
+
+
+def _qtype(name: str) -> Any:
+    from onnxruntime.quantization import QuantType
+
+    return {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}[name]
+
+
+def quantize_int8(src: Path, dst: Path, opts: Int8Options, reader_factory: Any = None) -> str:
+    """Write an int8 model; returns a one-line description of the method used.
+
+    ``reader_factory()`` must return a fresh ``CalibrationDataReader`` (static only).
+    """
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, quantize_dynamic, quantize_static
+
+    method = opts.method
+    why = ""
+    if method == "auto":
+        method, why = choose_int8_method(src)
+    excl = list(opts.nodes_to_exclude)
+    if method == "static":
+        if reader_factory is None:
+            raise QuantizeError("int8 static needs calibration data (--calibration)")
+        cm = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy, "percentile": CalibrationMethod.Percentile}[opts.calibration]
+        extra = {"ActivationSymmetric": opts.activation_type == "int8"}
+        quantize_static(
+            str(src), str(dst), reader_factory(), quant_format=QuantFormat.QDQ, per_channel=opts.per_channel,
+            activation_type=_qtype(opts.activation_type), weight_type=_qtype(opts.weight_type), calibrate_method=cm,
+            nodes_to_exclude=excl or None, extra_options=extra,
+        )  # fmt: skip
+        a = "U8" if opts.activation_type == "uint8" else "S8"
+        w = "S8" if opts.weight_type == "int8" else "U8"
+        desc = f"int8 static QDQ {a}{w} ({opts.activation_type} activations, {opts.weight_type} weights), {opts.calibration} calibration"
+        desc += ", per-channel" if opts.per_channel else ", per-tensor"
+    else:
+        quantize_dynamic(str(src), str(dst), weight_type=_qtype(opts.weight_type), per_channel=opts.per_channel, nodes_to_exclude=excl or None)
+        desc = f"int8 dynamic ({opts.weight_type} weights{', per-channel' if opts.per_channel else ''})"
+    if excl:
+        desc += f", {len(excl)} node(s) kept in float"
+    return desc + (f" [auto: {why}]" if why else "")
+
+
+def quantize_int4(src: Path, dst: Path, opts: Int4Options) -> str:
+    """MatMulNBits weight-only int4 on every MatMul with a constant 2-D B.
+    Raises QuantizeError when the model has none (nothing would change)."""
+    import onnx
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
+
+    model = onnx.load(str(src))
+    cfg = DefaultWeightOnlyQuantConfig(block_size=opts.block_size, is_symmetric=opts.symmetric, accuracy_level=opts.accuracy_level)
+    q = MatMulNBitsQuantizer(model, algo_config=cfg)
+    log = logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer")
+    level = log.level
+    log.setLevel(logging.WARNING)  # it logs one INFO line per node it skips
+    try:
+        q.process()
+    finally:
+        log.setLevel(level)
+    out = q.model.model if hasattr(q.model, "model") else q.model
+    n = sum(1 for nd in out.graph.node if nd.op_type == "MatMulNBits")
+    if n == 0:
+        raise QuantizeError("no MatMul with a constant 2-D fp32 weight to quantize (MatMulNBits covers only those)")
+    onnx.save(out, str(dst))
+    return (
+        f"int4 weight-only MatMulNBits on {n} MatMul(s), block {opts.block_size}, "
+        f"{'symmetric' if opts.symmetric else 'asymmetric'}, accuracy_level {opts.accuracy_level}"
+    )
+
+
+def convert_fp16(src: Path, dst: Path) -> str:
+    """fp16 weights and compute, fp32 inputs/outputs kept (one Cast at each end)."""
+    import onnx
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    m = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True)
+    onnx.save(m, str(dst))
+    return "fp16 weights and activations, fp32 inputs/outputs kept"
+
+
+TARGETS = ("int8", "int4", "fp16")
+
+
+def parse_targets(text: str) -> tuple[str, ...]:
+    items = tuple(t.strip() for t in text.split(",") if t.strip())
+    bad = [t for t in items if t not in TARGETS]
+    if bad or not items:
+        raise QuantizeError(f"--to: expected a comma list of {list(TARGETS)}, got {text!r}")
+    return items
+
+
+def quantize_target(target: str, src: Path, dst: Path, *, int8: Int8Options, int4: Int4Options, reader_factory: Any) -> str:
+    """Dispatch one target (a table, not an if-chain)."""
+    table = {
+        "int8": lambda: quantize_int8(src, dst, int8, reader_factory),
+        "int4": lambda: quantize_int4(src, dst, int4),
+        "fp16": lambda: convert_fp16(src, dst),
+    }
+    return table[target]()
+
+
+def describe_exclusions(nodes: Sequence[str]) -> str:
+    return ", ".join(nodes) if nodes else "none"
