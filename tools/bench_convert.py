@@ -106,7 +106,7 @@ def bench_cnn(work: Path, quick: bool) -> list[dict[str, Any]]:
         models = {vid: edge_sdk.load(pkg, "generic-x86_64", variant=vid, threads=th, measure_backends=False, cache_dir=work / "cache") for vid in files}
         outs = {vid: np.concatenate([m.predict(x).outputs["logits"] for x in held]) for vid, m in models.items()}
         x = held[0]
-        lat = _interleave({vid: (lambda m=m: m.predict(x)) for vid, m in models.items()}, 4 if quick else 12, 2 if quick else 4)
+        lat = _interleave({vid: (lambda m=m, x=x: m.predict(x)) for vid, m in models.items()}, 4 if quick else 12, 2 if quick else 4)
         for vid in files:
             rows.append({
                 "model": "MobileNetV2 1.0/224 (random weights)", "variant": vid, "method": desc.get(vid, "fp32 reference"), "threads": th,
@@ -119,7 +119,6 @@ def bench_cnn(work: Path, quick: bool) -> list[dict[str, Any]]:
 
 
 def build_mlp(width: int, layers: int, seed: int = 0):
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(seed)
