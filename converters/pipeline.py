@@ -198,7 +198,11 @@ def _convert(
 
     ref_file = work / "model_fp32.onnx"
     ref_file.write_bytes(data)
-    prep = ort_preprocess(ref_file, work / "prep.onnx")
+    prep_error = None
+    try:
+        prep = ort_preprocess(ref_file, work / "prep.onnx")
+    except QuantizeError as e:
+        prep, prep_error = ref_file, str(e)
     val_samples = list(val.samples)
     ref_out = _ort_outputs(ref_file, val_samples, threads)
     class_output = outs[0].name if opts.task == "classification" else None
@@ -218,11 +222,16 @@ def _convert(
         notes: list[str] = []
         kept: tuple[str, ...] = ()
         try:
+            if target == "int8" and prep_error:
+                raise QuantizeError(prep_error)
             method = quantize_target(target, src_for, dst, int8=opts.int8, int4=opts.int4, reader_factory=calib.reader)
+            ok, summary, _q = evaluate(dst)
         except QuantizeError as e:
             made.append({"id": vid, "precision": target, "error": str(e)})
             continue
-        ok, summary, _q = evaluate(dst)
+        except Exception as e:  # ONNX Runtime refusing the quantized graph: that variant is not made
+            made.append({"id": vid, "precision": target, "error": f"ONNX Runtime cannot run the {target} model it made: {str(e)[:300]}"})
+            continue
         if not ok and target == "int8" and opts.repair and "static" in method:
             from .repair import repair_int8
 
@@ -233,10 +242,15 @@ def _convert(
                 ok_, s_, _ = evaluate(path)
                 return ok_, s_
 
-            rr = repair_int8(prep, dst, quantize=requantize, evaluate=gate_fn, samples=list(calib.samples)[:16], work_dir=work / "repair", max_excluded=opts.max_keep_float)
-            kept = tuple(rr.excluded)
-            notes.append(f"int8 failed its gate ({summary}); repair kept {len(kept)} node(s) in float: {', '.join(kept) or 'none'}; " + ("passed" if rr.passed else "still failing"))
-            method += f", {len(kept)} sensitive node(s) kept in float"
+            try:
+                rr = repair_int8(prep, dst, quantize=requantize, evaluate=gate_fn, samples=list(calib.samples)[:16], work_dir=work / "repair", max_excluded=opts.max_keep_float)
+            except (ValueError, RuntimeError) as e:  # the graph defeats the sensitivity analysis: keep the plain int8 result
+                requantize(dst, ())
+                notes.append(f"int8 failed its gate ({summary}); repair was not possible: {str(e)[:200]}")
+            else:
+                kept = tuple(rr.excluded)
+                notes.append(f"int8 failed its gate ({summary}); repair kept {len(kept)} node(s) in float: {', '.join(kept) or 'none'}; " + ("passed" if rr.passed else "still failing"))
+                method += f", {len(kept)} sensitive node(s) kept in float"
         files[fname] = dst
         made.append({"id": vid, "precision": target, "file": fname, "method": method, "notes": notes, "kept": kept})
     for i, (tfl, prec) in enumerate(opts.tflite):

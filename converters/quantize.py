@@ -97,12 +97,35 @@ def choose_int8_method(model_path: Path) -> tuple[str, str]:
     return "static", f"{convs} convolution(s): CNN-like, static QDQ int8 with calibration"
 
 
+MIN_QDQ_OPSET = 13  # per-channel DequantizeLinear (axis attribute) needs opset 13
+
+
+def upgrade_opset(src: Path, dst: Path, target: int = MIN_QDQ_OPSET) -> Path:
+    """``src`` with its default-domain opset raised to ``target`` (ONNX's version
+    converter) when it is lower; otherwise ``src`` itself."""
+    import onnx
+    from onnx import version_converter
+
+    m = onnx.load(str(src))
+    cur = next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if cur >= target:
+        return src
+    try:
+        up = version_converter.convert_version(m, target)
+    except Exception as e:  # the converter raises plain RuntimeErrors for unsupported ops
+        raise QuantizeError(f"int8 needs opset >= {target} (per-channel QDQ); converting this opset-{cur} model failed: {e}") from e
+    onnx.save(up, str(dst))
+    return dst
+
+
 def preprocess(src: Path, dst: Path) -> Path:
     """ORT's recommended pre-processing (symbolic shape inference, graph
-    optimisation) before quantization; falls back to a plain copy with the
-    reason when the model defeats shape inference."""
+    optimisation) before quantization, on a model raised to opset 13 if older;
+    falls back to ONNX shape inference only, then to the model as it is, when
+    the model defeats symbolic shape inference."""
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
+    src = upgrade_opset(src, dst.with_name(dst.stem + ".opset.onnx"))
     try:
         quant_pre_process(str(src), str(dst), skip_symbolic_shape=False)
     except Exception:  # symbolic shape inference fails on some graphs; ONNX shape inference alone then
@@ -110,7 +133,29 @@ def preprocess(src: Path, dst: Path) -> Path:
             quant_pre_process(str(src), str(dst), skip_symbolic_shape=True)
         except Exception:
             shutil.copyfile(src, dst)
+    name_nodes(dst)
     return dst
+
+
+def name_nodes(path: Path) -> int:
+    """Give every unnamed node a unique name (``<op>_<index>``), in place: nodes
+    are kept in float by name, and exporters (e.g. paddle2onnx) leave some unnamed."""
+    import onnx
+
+    m = onnx.load(str(path))
+    used = {n.name for n in m.graph.node if n.name}
+    k = 0
+    for i, n in enumerate(m.graph.node):
+        if not n.name:
+            name = f"{n.op_type}_{i}"
+            while name in used:
+                name += "_"
+            n.name = name
+            used.add(name)
+            k += 1
+    if k:
+        onnx.save(m, str(path))
+    return k
 
 
 def _qtype(name: str) -> Any:

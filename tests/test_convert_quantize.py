@@ -201,3 +201,83 @@ def test_cli_quantize_exit_codes(shapes_folder: Path, tmp_path: Path) -> None:
     assert p.returncode == 3 and "no MatMul" in p.stdout
     p = conv_cli(*args, "--to", "int9", "--overwrite", cwd=tmp_path)
     assert p.returncode == 1 and "--to" in p.stderr
+
+
+def test_int4_and_int8_on_the_trained_mlp(tmp_path: Path) -> None:
+    """tools/train_mlp.py's MatMul MLP (97 % on its holdout): int4 MatMulNBits and
+    int8 (auto: dynamic for a MatMul-only graph), gated on the .npz labels.
+
+    int4 moves ~3 % of this model's decisions (its margins are thin), so the
+    default classification gate (top-1 agreement >= 98 %) refuses it; a gate the
+    model owner relaxes on purpose lets it in, recorded in the manifest."""
+    import onnx
+
+    data = ROOT / "tools" / "data"
+    z = np.load(data / "shapes_mlp_holdout.npz")
+    np.savez(tmp_path / "cal.npz", x=z["x"][:, None, :], labels=z["labels"])  # [N, 1, 1024]: batch-1 samples
+    base = dict(targets=("int4", "int8"), task="classification", dims={"batch": (1, 8)}, class_names=LABELS, progress=False, holdout=0.5)
+    strict = convert(data / "shapes_mlp_fp32.onnx", tmp_path / "cal.npz", tmp_path / "strict", ConvertOptions(**base))
+    assert strict.refused == ("int4-onnx",) and "int8-onnx" in strict.written
+    row = next(r for r in strict.report["variants"] if r["id"] == "int4-onnx")
+    assert any("top1_agreement" in f for f in row["gate"]["failures"]) and row["quality"]["cosine"] > 0.99
+    assert "dynamic" in next(r for r in strict.report["variants"] if r["id"] == "int8-onnx")["method"]
+
+    res = convert(data / "shapes_mlp_fp32.onnx", tmp_path / "cal.npz", tmp_path / "pkg", ConvertOptions(**base, gate={"cosine": 0.99, "top1_agreement": 0.95}))
+    assert set(res.written) == {"fp32-onnx", "int4-onnx", "int8-onnx"}, res.report["variants"]
+    m = ModelPackage.open(res.package).manifest
+    i4 = m.variant("int4-onnx")
+    assert dict(i4.gate.thresholds) == {"cosine": 0.99, "top1_agreement": 0.95} and i4.gate.passed
+    assert i4.size / m.variant("fp32-onnx").size <= 0.2
+    assert i4.quality.metric == "accuracy" and i4.quality.value >= 0.93
+    g = onnx.load(str(res.package / i4.file))
+    assert sum(n.op_type == "MatMulNBits" for n in g.graph.node) == 3
+    with edge_sdk.load(res.package, "raspberry-pi-5", variant="int4-onnx", delegates=()) as model:  # the profile that lists int4
+        top2 = [c.label for c in model.predict(z["x"][:1]).decoded[0][:2]]
+        assert LABELS[int(z["labels"][0])] in top2
+
+
+def _render_text_lines(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Text lines drawn here, half of them turned 180 degrees: PP-OCR's direction
+    classifier input (BGR, 48x192, (x/255-0.5)/0.5, NCHW) and labels 0 / 1 (=180)."""
+    rng = np.random.default_rng(seed)
+    words = ["edge", "device", "model", "sensor", "camera", "frame", "thermal", "budget", "ONNX", "LiteRT", "Jetson", "Raspberry"]
+    xs, ys = [], []
+    for i in range(n):
+        img = np.full((48, 192, 3), int(rng.integers(200, 256)), np.uint8)
+        text = " ".join(rng.choice(words, 2))
+        cv2.putText(img, text, (int(rng.integers(2, 12)), int(rng.integers(30, 38))), cv2.FONT_HERSHEY_SIMPLEX, float(rng.uniform(0.6, 0.8)), (0, 0, 0), 2, cv2.LINE_AA)
+        flip = i % 2
+        if flip:
+            img = img[::-1, ::-1]
+        xs.append(((img.astype(np.float32) / 255.0 - 0.5) / 0.5).transpose(2, 0, 1)[None])
+        ys.append(flip)
+    return np.ascontiguousarray(np.stack(xs)), np.array(ys, np.int64)
+
+
+def test_pretrained_ppocr_direction_classifier(tmp_path: Path) -> None:
+    """A real pretrained model (PP-OCR's text-direction classifier, fetched from
+    the rapidocr wheel and pinned): quantized to int8 on text the test renders,
+    validated against labels, loaded and run."""
+    from tools.fetch_pretrained import fetch
+
+    model = fetch("ppocr-mobile-v2-text-direction-cls")
+    x, y = _render_text_lines(64, seed=5)
+    np.savez(tmp_path / "cal.npz", x=x, labels=y)
+    # the model declares batch -1 and height/width '?': bound them to this use
+    opts = ConvertOptions(
+        targets=("int8", "fp16"), task="classification", dims={"x_d0": (1, 1), "?": (48, 192)}, class_names=("0", "180"),
+        progress=False, int8=Int8Options(method="static"),
+    )  # fmt: skip
+    res = convert(model, tmp_path / "cal.npz", tmp_path / "pkg", opts)
+    rows = {r["id"]: r for r in res.report["variants"]}
+    assert rows["fp32-onnx"]["quality"]["value"] >= 0.8  # the pretrained weights read rendered text (16 held out)
+    assert "fp16-onnx" in res.written, rows["fp16-onnx"]
+    assert rows["int8-onnx"]["quality"]["cosine"] > 0.9  # measured and recorded, whatever the gate says
+    if not rows["int8-onnx"]["gate"]["passed"]:  # then the repair was tried, and the report says how far it got
+        assert any("repair" in n for n in rows["int8-onnx"]["notes"]), rows["int8-onnx"]
+    m = ModelPackage.open(res.package).manifest
+    with edge_sdk.load(res.package, "generic-x86_64") as model:
+        pred = model.predict(x[1]).top1.label  # a flipped line
+        assert pred == "180"
+        assert model.variant.id in res.written
+    assert m.labels == ("0", "180")

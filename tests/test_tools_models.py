@@ -102,7 +102,7 @@ def test_table_pins_ppocr_models():
     assert fp.MODELS[FACE].filename == f"{FACE_SHA256}.tflite" and fp.MODELS[FACE].format == "tflite"
     assert {s.format for s in fp.MODELS.values()} == {"tflite", "onnx"}
     with pytest.raises(fp.FetchError, match="suffix '.pb'"):
-        dataclasses.replace(cls, member="a/model.pb").filename
+        _ = dataclasses.replace(cls, member="a/model.pb").filename
 
 
 def test_pip_command_per_wheel_kind(tmp_path):
