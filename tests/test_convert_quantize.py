@@ -281,3 +281,66 @@ def test_pretrained_ppocr_direction_classifier(tmp_path: Path) -> None:
         assert pred == "180"
         assert model.variant.id in res.written
     assert m.labels == ("0", "180")
+
+
+@pytest.mark.parametrize("method", ["minmax", "entropy", "percentile"])
+@pytest.mark.parametrize("act", ["uint8", "int8"])
+def test_int8_calibration_methods(tmp_path: Path, method: str, act: str) -> None:
+    import onnx
+    import onnxruntime as ort
+    from onnxruntime.quantization import CalibrationDataReader
+
+    from converters.quantize import preprocess, quantize_int8
+
+    rng = np.random.default_rng(1)
+    cal = [{"image": rng.standard_normal((1, 3, 32, 32)).astype(np.float32)} for _ in range(12)]
+
+    class R(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.it = iter(cal)
+
+        def get_next(self):  # type: ignore[override]
+            return next(self.it, None)
+
+    prep = preprocess(DEMO / "model_fp32.onnx", tmp_path / "prep.onnx")
+    desc = quantize_int8(prep, tmp_path / "q.onnx", Int8Options(method="static", calibration=method, activation_type=act), R)
+    assert f"{method} calibration" in desc and ("U8S8" if act == "uint8" else "S8S8") in desc
+    g = onnx.load(str(tmp_path / "q.onnx"))
+    zp_types = {i.data_type for i in g.graph.initializer if i.name.endswith("_zero_point") and len(i.dims) == 0}
+    assert (onnx.TensorProto.UINT8 if act == "uint8" else onnx.TensorProto.INT8) in zp_types  # activations really in that type
+    x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
+    a = ort.InferenceSession(str(DEMO / "model_fp32.onnx")).run(None, {"image": x})[0]
+    b = ort.InferenceSession(str(tmp_path / "q.onnx")).run(None, {"image": x})[0]
+    assert float(a.ravel() @ b.ravel() / np.linalg.norm(a) / np.linalg.norm(b)) > 0.98
+
+
+# detection matching: (predictions [x1,y1,x2,y2,score,class], truths [x1,y1,x2,y2,class], precision, recall)
+DETECTIONS = [
+    ([[0, 0, 10, 10, 0.9, 1]], [[0, 0, 10, 10, 1]], 1.0, 1.0),  # exact hit
+    ([[0, 0, 10, 10, 0.9, 2]], [[0, 0, 10, 10, 1]], 0.0, 0.0),  # right box, wrong class
+    ([[0, 0, 10, 10, 0.9, 1], [1, 1, 10, 10, 0.8, 1]], [[0, 0, 10, 10, 1]], 0.5, 1.0),  # a duplicate is a false positive
+    ([[0, 0, 10, 10, 0.1, 1]], [[0, 0, 10, 10, 1]], 0.0, 0.0),  # under the score threshold: nothing predicted (precision 0 when something was missed)
+    ([[5, 5, 15, 15, 0.9, 1]], [[0, 0, 10, 10, 1]], 0.0, 0.0),  # IoU 25/175 < 0.5
+    ([], [], 1.0, 1.0),  # nothing to find, nothing found
+]
+
+
+@pytest.mark.parametrize("preds,truths,p,r", DETECTIONS)
+def test_detection_precision_recall(preds, truths, p, r) -> None:
+    from converters.validate import detection_precision_recall
+
+    pp = np.array(preds, np.float64).reshape(-1, 6)
+    tt = np.array(truths, np.float64).reshape(-1, 5)
+    assert detection_precision_recall([pp], [tt]) == pytest.approx((p, r))
+
+
+def test_compare_detection_task() -> None:
+    from converters.validate import compare
+
+    boxes = np.array([[[0, 0, 10, 10, 0.9, 1], [20, 20, 30, 30, 0.8, 0]]], np.float32)  # [1, N, 6]
+    ref = {"det": np.concatenate([boxes, boxes])}
+    got = {"det": np.concatenate([boxes, boxes * np.array([1, 1, 1, 1, 0.1, 1], np.float32)])}  # 2nd image: scores collapse
+    truths = [[[0, 0, 10, 10, 1], [20, 20, 30, 30, 0]], [[0, 0, 10, 10, 1], [20, 20, 30, 30, 0]]]
+    c = compare(ref, got, task="detection", class_output=None, labels=truths, reference_id="fp32", dataset="d")
+    assert c.quality.metric == "f1@iou0.5" and c.quality.value == pytest.approx(2 * 1.0 * 0.5 / 1.5)
+    assert "precision 1.0000, recall 0.5000" in c.notes[0] and c.quality.top1_agreement is None
