@@ -168,10 +168,10 @@ def _parse_preprocess(text: str) -> Any:
                 d[k] = int(v)
             elif k == "crop_fraction":
                 d[k] = float(v)
-            elif k in ("resize", "color"):
+            elif k in ("resize", "color", "interpolation"):
                 d[k] = v
             else:
-                raise SystemExit(f"edge-convert: --preprocess: unknown key {k!r} (size, resize, color, mean, std, scale, pad_value, crop_fraction)")
+                raise SystemExit(f"edge-convert: --preprocess: unknown key {k!r} (size, resize, color, mean, std, scale, pad_value, crop_fraction, interpolation)")
         except ValueError:
             raise SystemExit(f"edge-convert: --preprocess: bad value for {k}: {v!r}") from None
     if "size_hw" not in d:
@@ -295,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--task", default="raw", choices=["classification", "detection", "segmentation", "embedding", "audio", "raw"])
     p.add_argument("--name")
     p.add_argument("--version", default="1.0.0")
-    p.add_argument("--preprocess", help="image input: size=HxW,resize=stretch|letterbox|center_crop,color=RGB|BGR|GRAY,mean=a:b:c,std=a:b:c,scale=s")
+    p.add_argument("--preprocess", help="image input: size=HxW,resize=stretch|letterbox|center_crop,color=RGB|BGR|GRAY,mean=a:b:c,std=a:b:c,scale=s,interpolation=linear|area|nearest|cubic")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=MIN:MAX", help="bounds of a dynamic input dim")
     p.add_argument("--class-names", help="text file, one class name per line")
     p.add_argument("--validation", help="held-out data (default: hold out --holdout of the calibration data)")

@@ -50,6 +50,7 @@ DTYPES = ("float32", "float16", "float64", "int8", "uint8", "int16", "uint16", "
 BACKEND_FORMATS = {"onnxruntime": "onnx", "litert": "tflite"}
 LAYOUTS = ("NCHW", "NHWC", "NC", "NLC", "NCL")
 RESIZE_MODES = ("stretch", "letterbox", "center_crop")
+INTERPOLATIONS = ("linear", "area", "nearest", "cubic")
 COLOR_ORDERS = ("RGB", "BGR", "GRAY")
 DECODERS = ("raw", "classification")
 TASKS = ("classification", "detection", "segmentation", "embedding", "audio", "raw")
@@ -135,7 +136,10 @@ class ImagePreprocess:
     """How an image becomes this input tensor.
 
     ``size_hw`` is the model's (height, width) in pixels. ``color`` is the
-    channel order the model wants. Float inputs get ``x * scale``, then
+    channel order the model wants. ``interpolation``: the resize kernel —
+    "linear" (default; ~14x faster than "area" for a 640x480 -> 224 frame),
+    "area" (what a model trained on area-downscaled images expects), "nearest",
+    "cubic". Float inputs get ``x * scale``, then
     ``(x - mean) / std`` per channel; uint8 inputs get the resized pixels as
     they are; int8 inputs get ``pixel - 128``.
     """
@@ -148,6 +152,7 @@ class ImagePreprocess:
     std: tuple[float, ...] = (1.0, 1.0, 1.0)
     pad_value: int = 114
     crop_fraction: float = 0.875
+    interpolation: str = "linear"
 
     @property
     def channels(self) -> int:
@@ -155,7 +160,7 @@ class ImagePreprocess:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str) -> "ImagePreprocess":
-        _no_unknown(d, ("kind", "size_hw", "resize", "color", "scale", "mean", "std", "pad_value", "crop_fraction"), where)
+        _no_unknown(d, ("kind", "size_hw", "resize", "color", "scale", "mean", "std", "pad_value", "crop_fraction", "interpolation"), where)
         kind = _req(d, "kind", str, where)
         _choice(kind, ("image",), f"{where}.kind")
         size = _req(d, "size_hw", list, where)
@@ -187,6 +192,7 @@ class ImagePreprocess:
             std=std,
             pad_value=pad,
             crop_fraction=crop,
+            interpolation=_choice(_opt(d, "interpolation", str, where, "linear"), INTERPOLATIONS, f"{where}.interpolation"),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -200,6 +206,7 @@ class ImagePreprocess:
             "std": list(self.std),
             "pad_value": self.pad_value,
             "crop_fraction": self.crop_fraction,
+            "interpolation": self.interpolation,
         }
 
 

@@ -344,3 +344,17 @@ def test_check_finite_opt_out(mlp_package: Path) -> None:
     with edge_sdk.load(mlp_package, "generic-x86_64") as m:
         with pytest.raises(errors.NonFiniteInputError):
             m.predict(nan)
+
+
+@pytest.mark.parametrize("interp,cv_flag", [("linear", "INTER_LINEAR"), ("area", "INTER_AREA"), ("nearest", "INTER_NEAREST"), ("cubic", "INTER_CUBIC")])
+def test_preprocess_interpolation_is_the_manifests(interp: str, cv_flag: str) -> None:
+    import cv2
+
+    img = np.random.default_rng(3).integers(0, 256, (60, 80, 3), dtype=np.uint8)
+    spec = TensorSpec("i", "uint8", (1, 20, 20, 3), "NHWC", preprocess=ImagePreprocess((20, 20), interpolation=interp))
+    x, _ = preprocess_image(img, spec)
+    np.testing.assert_array_equal(x[0], cv2.resize(img, (20, 20), interpolation=getattr(cv2, cv_flag)))
+    f = TensorSpec("i", "float32", (1, 3, 20, 20), "NCHW", preprocess=ImagePreprocess((20, 20), interpolation=interp, mean=(0.5, 0.4, 0.3), std=(0.2, 0.3, 0.4)))
+    y, _ = preprocess_image(img, f)
+    ref = (cv2.resize(img, (20, 20), interpolation=getattr(cv2, cv_flag)).astype(np.float64) / 255 - [0.5, 0.4, 0.3]) / [0.2, 0.3, 0.4]
+    np.testing.assert_allclose(y[0], ref.transpose(2, 0, 1), rtol=1e-5, atol=1e-5)

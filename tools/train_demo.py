@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         "name": "image", "dtype": "float32", "shape": ["batch", 3, HW, HW], "layout": "NCHW",
         "dims": {"batch": [1, max_batch]},
         "preprocess": {"kind": "image", "size_hw": [HW, HW], "resize": "stretch", "color": "RGB",
-                       "scale": 1 / 255, "mean": list(MEAN), "std": list(STD)},
+                       "scale": 1 / 255, "mean": list(MEAN), "std": list(STD), "interpolation": "area"},
     }  # fmt: skip
     nhwc_in = dict(img_in, shape=["batch", HW, HW, 3], layout="NHWC")
 

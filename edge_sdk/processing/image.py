@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ImageError, MissingDependencyError
-from ..package import TensorSpec
+from ..package import ImagePreprocess, TensorSpec
 
 _VISION = "pip install 'edge-sdk[vision]' (opencv-python-headless, pillow)"
 
@@ -65,6 +65,13 @@ def _check_image(img: Any) -> np.ndarray:
     return img
 
 
+def _affine(pre: ImagePreprocess) -> tuple[np.ndarray, np.ndarray]:
+    std = np.asarray(pre.std, dtype=np.float64)
+    a = (pre.scale / std).astype(np.float32)
+    b = (-np.asarray(pre.mean, dtype=np.float64) / std).astype(np.float32)
+    return a, b
+
+
 def preprocess_image(img: np.ndarray, spec: TensorSpec, *, color: str = "RGB") -> tuple[np.ndarray, ImageTransform]:
     """Resize, reorder colour, normalise and lay out ``img`` for ``spec``.
 
@@ -93,7 +100,7 @@ def preprocess_image(img: np.ndarray, spec: TensorSpec, *, color: str = "RGB") -
     rgb = np.ascontiguousarray(rgb)
 
     th, tw = pre.size_hw
-    interp = cv2.INTER_AREA if (src_h > th and src_w > tw) else cv2.INTER_LINEAR
+    interp = {"linear": cv2.INTER_LINEAR, "area": cv2.INTER_AREA, "nearest": cv2.INTER_NEAREST, "cubic": cv2.INTER_CUBIC}[pre.interpolation]
     if pre.resize == "stretch":
         out = cv2.resize(rgb, (tw, th), interpolation=interp)
         tf = ImageTransform((src_h, src_w), (tw / src_w, th / src_h), (0.0, 0.0))
@@ -117,9 +124,11 @@ def preprocess_image(img: np.ndarray, spec: TensorSpec, *, color: str = "RGB") -
 
     dt = spec.dtype
     if dt in ("float32", "float16", "float64"):
-        x = out.astype(np.float32) * np.float32(pre.scale)
-        x -= np.asarray(pre.mean, dtype=np.float32)
-        x /= np.asarray(pre.std, dtype=np.float32)
+        # (x * scale - mean) / std as one multiply-add: x * (scale/std) + (-mean/std)
+        a, b = _affine(pre)
+        x = out.astype(np.float32)
+        x *= a
+        x += b
         x = x.astype(dt, copy=False)
     elif dt == "uint8":
         x = out
