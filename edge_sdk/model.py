@@ -114,7 +114,11 @@ class Result(NamedTuple):
     """What one call returns (immutable; a NamedTuple for a cheap hot path).
 
     ``outputs``: raw output arrays by name. ``decoded``: for classification, a
-    tuple per batch row of :class:`Classification` (best first); else None.
+    tuple per batch row of :class:`Classification` (best first); for detection,
+    :class:`~edge_sdk.processing.detection.Detections` (boxes in source-image
+    pixels when the call preprocessed an image, else in model-input pixels); for
+    segmentation a :class:`~edge_sdk.processing.segmentation.SegmentationMask`;
+    else None.
     ``batch_size``: rows run in the call that produced this result
     (``predict_batch`` runs several items at once; timings are the whole call's).
     """
@@ -133,7 +137,7 @@ class Result(NamedTuple):
     @property
     def top1(self) -> Classification:
         """Best class of the first row (classification models only)."""
-        if not self.decoded:
+        if not self.decoded or not isinstance(self.decoded, tuple):
             raise ValueError("this result has no classification (decoder is not 'classification')")
         return self.decoded[0][0]
 
@@ -146,8 +150,10 @@ class Result(NamedTuple):
             "sha256": self.model_sha256,
             "timings_ms": self.timings._asdict(),
         }
-        if self.decoded is not None:
+        if isinstance(self.decoded, tuple):
             d["classes"] = [[{"index": c.index, "label": c.label, "score": c.score} for c in row] for row in self.decoded]
+        elif self.decoded is not None and hasattr(self.decoded, "to_dict"):
+            d.update(self.decoded.to_dict())
         if with_outputs or self.decoded is None:
             d["outputs"] = {k: {"shape": list(v.shape), "dtype": str(v.dtype), "data": v.tolist()} for k, v in self.outputs.items()}
         return d
@@ -178,6 +184,7 @@ class Model:
         self._state_inputs = frozenset(s.input for s in self.manifest.state)
         dec = self.manifest.decoder
         self._cls_output = (dec.output or self._outputs[0].name) if dec.kind == "classification" else None
+        self._decode_other = _build_decoder(self.manifest, self._inputs, self._outputs)
         self._labels = self.manifest.labels
         self._meta = (variant.id, session.info.backend, self.manifest.name, self.manifest.version, variant.sha256)
         self._image_spec = next((s for s in self._inputs if s.preprocess is not None), None)
@@ -265,10 +272,12 @@ class Model:
     ) -> Result:
         outs = self._session.run(feeds)
         t2 = time.perf_counter_ns()
-        decoded = None
+        decoded: Any = None
         if self._cls_output is not None:
             dec = self.manifest.decoder
             decoded = decode_classification(outs[self._cls_output], self._labels, top_k=top_k or dec.top_k, apply_softmax=dec.softmax)
+        elif self._decode_other is not None:
+            decoded = self._decode_other(outs, transform)
         t3 = time.perf_counter_ns()
         vid, backend, name, version, sha = self._meta
         return Result(
@@ -397,6 +406,38 @@ class Stream:
 
 # ------------------------------------------------------------------------------
 # loading
+
+
+def _build_decoder(manifest: Any, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> Any:
+    """A function (outputs, transform) -> Detections | SegmentationMask for the
+    manifest's detection/segmentation decoder, or None. Built once per model."""
+    dec = manifest.decoder
+    if dec.kind not in ("detection", "segmentation"):
+        return None
+    image = next((s for s in inputs if s.preprocess is not None), None)
+    size = image.preprocess.size_hw if image is not None else None
+    labels = manifest.labels
+    p = dict(dec.params)
+    if dec.kind == "segmentation":
+        from .processing.segmentation import decode_segmentation
+
+        out = dec.output or outputs[0].name
+        kw = {k: p[k] for k in ("threshold", "activation", "upsample", "keep_probabilities") if k in p}
+        layout = p.get("layout", "NCHW")
+        return lambda outs, tf: decode_segmentation(outs[out], layout=layout, labels=labels, transform=tf, input_size=size, **kw)
+    from .processing import detection as D
+
+    common = {k: p[k] for k in ("score_threshold", "iou_threshold", "max_detections", "clip") if k in p}
+    if p["format"] == "blazeface":
+        anchors = D.ssd_anchors(**{k: (tuple(v) if isinstance(v, tuple) else v) for k, v in dict(p["anchors"]).items()}) if "anchors" in p else None
+        box_out, score_out = p["outputs"]
+        weighted = p.get("nms", "weighted") == "weighted"
+        label = labels[0] if labels else "face"
+        return lambda outs, tf: D.decode_blazeface(outs[box_out], outs[score_out], anchors, input_size=size or (128, 128), transform=tf, weighted=weighted, label=label, **common)
+    out = dec.output or (p.get("outputs") or (outputs[0].name,))[0]
+    kw = {k: p[k] for k in ("class_aware", "normalized", "apply_sigmoid") if k in p}
+    layout = p["layout"]
+    return lambda outs, tf: D.decode_yolo(outs[out], layout=layout, labels=labels, transform=tf, input_size=size, **kw, **common)
 
 
 def _signature_check(v: Variant, specs_in: Sequence[TensorSpec], specs_out: Sequence[TensorSpec], session: Session) -> None:

@@ -52,7 +52,19 @@ LAYOUTS = ("NCHW", "NHWC", "NC", "NLC", "NCL")
 RESIZE_MODES = ("stretch", "letterbox", "center_crop")
 INTERPOLATIONS = ("linear", "area", "nearest", "cubic")
 COLOR_ORDERS = ("RGB", "BGR", "GRAY")
-DECODERS = ("raw", "classification")
+DECODERS = ("raw", "classification", "detection", "segmentation")
+# Extra [decoder] keys each kind accepts (checked: a typo is an error, not a silent default).
+DECODER_PARAMS: dict[str, dict[str, tuple[type, ...]]] = {
+    "raw": {},
+    "classification": {},
+    "detection": {
+        "format": (str,), "outputs": (list,), "score_threshold": (int, float), "iou_threshold": (int, float),
+        "nms": (str,), "max_detections": (int,), "clip": (bool,), "anchors": (dict,), "layout": (str,),
+        "class_aware": (bool,), "normalized": (bool,), "apply_sigmoid": (bool,),
+    },
+    "segmentation": {"layout": (str,), "activation": (str,), "threshold": (int, float), "upsample": (str,), "keep_probabilities": (bool,)},
+}  # fmt: skip
+DETECTION_FORMATS = ("blazeface", "yolo")
 TASKS = ("classification", "detection", "segmentation", "embedding", "audio", "raw")
 
 # Extensions that only ever hold pickled Python objects (arbitrary code on load).
@@ -312,29 +324,81 @@ class TensorSpec:
 
 @dataclass(frozen=True)
 class DecoderSpec:
-    """``classification``: softmax (unless the output already is probabilities)
-    and top-k with labels over ``output``. ``raw``: outputs as they are."""
+    """How outputs become a typed result.
+
+    ``classification``: softmax (unless the output already is probabilities)
+    and top-k with labels over ``output``. ``detection``: ``format`` blazeface
+    (SSD anchors, weighted NMS; ``outputs`` = [box/keypoint tensor, score tensor])
+    or yolo (``layout`` xywh+obj+classes | xywh+classes | xyxy+score+class), boxes
+    mapped back to the source frame. ``segmentation``: a class map at source size.
+    ``raw``: outputs as they are. Kind-specific settings live in ``params``.
+    """
 
     kind: str = "raw"
     output: str | None = None
     softmax: bool = True
     top_k: int = 5
+    params: tuple[tuple[str, Any], ...] = ()
+
+    def param(self, key: str, default: Any = None) -> Any:
+        for k, v in self.params:
+            if k == key:
+                return v
+        return default
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str) -> "DecoderSpec":
-        _no_unknown(d, ("kind", "output", "softmax", "top_k"), where)
+        kind = _choice(_req(d, "kind", str, where), DECODERS, f"{where}.kind")
+        allowed = DECODER_PARAMS[kind]
+        _no_unknown(d, ("kind", "output", "softmax", "top_k", *allowed), where)
         top_k = _opt(d, "top_k", int, where, 5)
         if top_k < 1:
             raise ManifestError(f"{where}.top_k: expected >= 1, got {top_k}")
-        return cls(
-            kind=_choice(_req(d, "kind", str, where), DECODERS, f"{where}.kind"),
-            output=_opt(d, "output", str, where),
-            softmax=_opt(d, "softmax", bool, where, True),
-            top_k=top_k,
-        )
+        params = []
+        for k, types in allowed.items():
+            if k in d:
+                v = _typed(d[k], types, f"{where}.{k}")
+                params.append((k, _freeze(v)))
+        spec = cls(kind=kind, output=_opt(d, "output", str, where), softmax=_opt(d, "softmax", bool, where, True), top_k=top_k, params=tuple(params))
+        if kind == "detection":
+            fmt = spec.param("format")
+            if fmt is None:
+                raise ManifestError(f"{where}.format: a detection decoder needs format = one of {list(DETECTION_FORMATS)}")
+            _choice(fmt, DETECTION_FORMATS, f"{where}.format")
+            if fmt == "blazeface" and len(spec.param("outputs", ())) != 2:
+                raise ManifestError(f"{where}.outputs: blazeface needs [box_and_keypoint_output, score_output], got {list(spec.param('outputs', ()))}")
+            if fmt == "yolo" and spec.param("layout") not in ("xywh+obj+classes", "xywh+classes", "xyxy+score+class"):
+                raise ManifestError(f"{where}.layout: yolo needs xywh+obj+classes | xywh+classes | xyxy+score+class, got {spec.param('layout')!r}")
+            if spec.param("nms", "weighted" if fmt == "blazeface" else "hard") not in ("hard", "weighted"):
+                raise ManifestError(f"{where}.nms: expected hard or weighted, got {spec.param('nms')!r}")
+            for t in ("score_threshold", "iou_threshold"):
+                v = spec.param(t)
+                if v is not None and not 0 <= v <= 1:
+                    raise ManifestError(f"{where}.{t}: expected 0..1, got {v}")
+        if kind == "segmentation" and spec.param("layout", "NCHW") not in ("NCHW", "NHWC", "NHW"):
+            raise ManifestError(f"{where}.layout: expected NCHW, NHWC or NHW, got {spec.param('layout')!r}")
+        return spec
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "output": self.output, "softmax": self.softmax, "top_k": self.top_k}
+        d: dict[str, Any] = {"kind": self.kind, "output": self.output, "softmax": self.softmax, "top_k": self.top_k}
+        d.update({k: _thaw(v) for k, v in self.params})
+        return d
+
+
+def _freeze(v: Any) -> Any:
+    if isinstance(v, list):
+        return tuple(_freeze(x) for x in v)
+    if isinstance(v, dict):
+        return tuple((k, _freeze(x)) for k, x in v.items())
+    return v
+
+
+def _thaw(v: Any) -> Any:
+    if isinstance(v, tuple) and v and all(isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], str) for x in v):
+        return {k: _thaw(x) for k, x in v}
+    if isinstance(v, tuple):
+        return [_thaw(x) for x in v]
+    return v
 
 
 @dataclass(frozen=True)
@@ -665,7 +729,14 @@ class Manifest:
                 )
         out_names = {s.name for s in self.outputs}
         in_names = {s.name for s in self.inputs}
-        if self.decoder.kind == "classification":
+        if self.decoder.kind == "detection":
+            wanted = list(self.decoder.param("outputs", ())) or ([self.decoder.output] if self.decoder.output else [])
+            missing = [o for o in wanted if o not in out_names]
+            if missing:
+                raise ManifestError(f"{w}.decoder: output(s) {missing} are not outputs {sorted(out_names)}")
+            if not any(s.preprocess for s in self.inputs):
+                raise ManifestError(f"{w}.decoder: a detection decoder needs an image input with preprocessing (its size maps boxes back)")
+        if self.decoder.kind in ("classification", "segmentation"):
             if self.decoder.output is None and len(self.outputs) != 1:
                 raise ManifestError(f"{w}.decoder.output: required when the model has {len(self.outputs)} outputs")
             if self.decoder.output is not None and self.decoder.output not in out_names:
