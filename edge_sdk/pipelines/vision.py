@@ -1,0 +1,562 @@
+"""VisionPipeline: a frame source, a model and sinks, as overlapping threads.
+
+::
+
+    import edge_sdk
+    from edge_sdk.pipelines import VisionPipeline, PipelineOptions, JsonLinesSink
+
+    with edge_sdk.load("shapes-classifier/") as model, JsonLinesSink("out.jsonl") as out:
+        counters = VisionPipeline(model, "clip.mp4", sinks=[out]).run()
+        print(counters)   # frames_in=... processed=... dropped={...}
+
+Stages::
+
+    capture thread --> bounded queue --> inference worker(s) --> reorder --> output thread --> sinks
+    (source.read,      (drop policy)     (model.predict_image,             (one thread, frame order)
+     rate limit)                          GIL released in the runtime)
+
+Drop policies (``PipelineOptions.drop_policy``), applied when a frame arrives and the queue is
+full:
+
+- ``"block"`` (default for files, folders and other non-live sources): never drop; the capture
+  thread waits for room, so the source is read only as fast as inference keeps up.
+- ``"latest"`` (default for live sources): keep only the newest frame; a new frame evicts the
+  one waiting (reason "evicted"), so the queue holds at most one frame whatever ``queue_size``.
+- ``"drop_oldest"``: evict the oldest queued frame (reason "evicted").
+- ``"drop_newest"``: drop the arriving frame (reason "queue_full").
+
+``max_fps``: with ``rate_mode="auto"`` a live source's frames over the rate are dropped with reason
+"rate_limit", and a non-live source (file, folder) is throttled instead: it is read no faster
+than ``max_fps`` and nothing is dropped. ``"drop"`` / ``"throttle"`` force one behaviour.
+
+Order: results reach the sinks in frame-index order, on one thread. With ``workers > 1``, frames
+are inferred concurrently and may finish out of order; a reorder buffer holds a finished result
+until every earlier frame has finished (or failed), so a slow frame delays the ones behind it.
+At most ``2 * workers`` results wait for the sinks; when the sinks fall behind, the workers stop
+taking frames and the drop policy applies at the queue.
+
+Accounting: every item a source yields is counted once in ``frames_in`` and ends up in exactly
+one of ``processed`` (result handed to the sinks), ``dropped[reason]``, or, while it moves,
+``in_flight`` (waiting for queue room, queued, inferring, or waiting for the sinks). All counters
+change under one lock and :meth:`VisionPipeline.counters` copies them under it, so every snapshot
+satisfies ``frames_in == processed + sum(dropped.values()) + in_flight``. After the pipeline has
+stopped, ``in_flight == 0``.
+
+Errors: a frame whose ``predict_image`` raises is dropped with reason "error" and the exception is
+passed to ``on_error(exc, frame)``; the pipeline goes on. An exception from a sink is passed to
+``on_error(exc, frame)`` too (the frame stays processed; ``sink_errors`` counts them). A source that
+fails (a stream that cannot be reconnected) ends the capture; what was queued is finished, and
+``run()`` raises the SourceError (``pipeline.error`` holds it after ``start()``/``join()``).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import math
+import os
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+
+from .errors import PipelineError, PipelineStateError, SourceError
+from .sinks import CallbackSink, Sink
+from .sources import Frame, FrameDrop, FrameSource, SourceOptions, SourceState, source_from_uri
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..model import Result
+
+__all__ = ["DROP_POLICIES", "DROP_REASONS", "FrameResult", "PipelineCounters", "PipelineOptions", "PipelineState", "VisionPipeline"]
+
+_log = logging.getLogger(__name__)
+
+DROP_POLICIES = ("latest", "block", "drop_oldest", "drop_newest")
+DROP_REASONS = ("queue_full", "evicted", "rate_limit", "decode_error", "invalid_frame", "error", "shutdown")
+RATE_MODES = ("auto", "drop", "throttle")
+STOP_MODES = ("drain", "discard")
+
+
+def _now_ms() -> float:
+    return time.monotonic_ns() / 1e6
+
+
+@dataclass(frozen=True)
+class PipelineOptions:
+    """How a :class:`VisionPipeline` runs (validated on construction).
+
+    ``drop_policy``: one of DROP_POLICIES, or None for "latest" on live sources and "block"
+    otherwise. ``queue_size``: frames the queue between capture and inference holds (>= 1).
+    ``max_fps``: None for unlimited. ``rate_mode``: "auto" (drop on live sources, throttle others),
+    "drop" (reason "rate_limit") or "throttle" (read the source no faster). ``workers``:
+    inference threads (>= 1). ``stop_mode``: what ``stop()`` does with frames not yet inferred:
+    "drain" (stop reading, finish every frame already read) or "discard" (drop them with reason
+    "shutdown"; frames already inferring still finish and reach the sinks). ``top_k``: passed to
+    predict_image (None: the manifest's). ``join_timeout_s``: how long ``close()``/``run()`` wait
+    for the threads after a stop before raising PipelineError.
+    """
+
+    drop_policy: str | None = None
+    queue_size: int = 8
+    max_fps: float | None = None
+    rate_mode: str = "auto"
+    workers: int = 1
+    stop_mode: str = "drain"
+    top_k: int | None = None
+    join_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.drop_policy is not None and self.drop_policy not in DROP_POLICIES:
+            raise ValueError(f"drop_policy: expected one of {DROP_POLICIES} or None, got {self.drop_policy!r}")
+        for name, hi in (("queue_size", 100_000), ("workers", 64)):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= hi:
+                raise ValueError(f"{name}: expected an int in [1, {hi}], got {v!r}")
+        if self.max_fps is not None and not (
+            isinstance(self.max_fps, (int, float))
+            and not isinstance(self.max_fps, bool)
+            and math.isfinite(self.max_fps)
+            and self.max_fps > 0
+        ):
+            raise ValueError(f"max_fps: expected a number > 0 or None, got {self.max_fps!r}")
+        if self.rate_mode not in RATE_MODES:
+            raise ValueError(f"rate_mode: expected one of {RATE_MODES}, got {self.rate_mode!r}")
+        if self.stop_mode not in STOP_MODES:
+            raise ValueError(f"stop_mode: expected one of {STOP_MODES}, got {self.stop_mode!r}")
+        if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 1):
+            raise ValueError(f"top_k: expected an int >= 1 or None, got {self.top_k!r}")
+        if not (math.isfinite(self.join_timeout_s) and self.join_timeout_s > 0):
+            raise ValueError(f"join_timeout_s: expected a number > 0, got {self.join_timeout_s!r}")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class FrameResult:
+    """One frame's result. ``timestamp_ms``: the frame's capture time (monotonic, strictly
+    increasing per source); ``latency_ms``: from capture to the model's result; ``frame``: the
+    frame itself (sinks draw on copies of its image)."""
+
+    index: int
+    timestamp_ms: float
+    result: "Result"
+    latency_ms: float
+    frame: Frame
+
+    @property
+    def source_timestamp_ms(self) -> float | None:
+        return self.frame.source_timestamp_ms
+
+
+@dataclass(frozen=True)
+class PipelineCounters:
+    """A consistent snapshot of a pipeline's frame accounting (copied under the pipeline lock).
+
+    In-flight stages: ``waiting`` (read, waiting for queue room; "block" only), ``queued``,
+    ``inferring``, ``emitting`` (inferred, waiting for or inside the sinks).
+    ``max_queue_depth``: the most frames the queue ever held. ``sink_errors``: exceptions raised by
+    sinks (those frames still count as processed).
+    """
+
+    frames_in: int
+    processed: int
+    dropped: Mapping[str, int]
+    waiting: int
+    queued: int
+    inferring: int
+    emitting: int
+    max_queue_depth: int
+    sink_errors: int
+    state: str
+    timestamp_ms: float = field(default_factory=_now_ms)
+
+    @property
+    def in_flight(self) -> int:
+        return self.waiting + self.queued + self.inferring + self.emitting
+
+    @property
+    def dropped_total(self) -> int:
+        return sum(self.dropped.values())
+
+    @property
+    def unaccounted(self) -> int:
+        """``frames_in - processed - dropped - in_flight``: 0 in every snapshot."""
+        return self.frames_in - self.processed - self.dropped_total - self.in_flight
+
+    def __str__(self) -> str:
+        drops = {k: v for k, v in self.dropped.items() if v}
+        return f"frames_in={self.frames_in} processed={self.processed} dropped={drops} in_flight={self.in_flight} ({self.state})"
+
+
+class PipelineState(str, enum.Enum):
+    NEW = "new"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+class VisionPipeline:
+    """Run ``model.predict_image`` over a source's frames and hand results to sinks.
+
+    ``model``: anything with ``predict_image(image, *, color=...)`` (an edge_sdk Model).
+    ``source``: a FrameSource, or a URI / path / camera index for :func:`source_from_uri` (with
+    ``source_options``). The pipeline opens the source if needed and closes it when capture ends
+    (a source is read once). ``sinks``: Sink objects or plain callables ``fn(FrameResult)``; the
+    pipeline opens sinks that are not open yet at ``start()`` (so a bad path fails there) and never
+    closes them: they belong to the caller. ``on_error(exc, frame)``: frame and sink errors;
+    ``on_drop(FrameDrop)``: every drop with its reason and message. Both are called on pipeline
+    threads (keep them quick and thread-safe); an exception they raise is logged and ignored.
+
+    ``run()`` blocks until the source ends (or ``stop()`` from another thread) and returns the
+    final counters. ``start()`` / ``stop()`` return at once; ``join(timeout)`` waits for the
+    threads. A pipeline runs once. As a context manager, leaving it stops (``stop_mode``, or
+    "discard" when an exception is propagating) and joins.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        source: FrameSource | str | int | os.PathLike[str],
+        options: PipelineOptions | None = None,
+        *,
+        sinks: Iterable[Sink | Callable[[FrameResult], Any]] = (),
+        on_error: Callable[[BaseException, Frame | None], Any] | None = None,
+        on_drop: Callable[[FrameDrop], Any] | None = None,
+        source_options: SourceOptions | None = None,
+    ) -> None:
+        if not callable(getattr(model, "predict_image", None)):
+            raise TypeError(f"model: expected an object with predict_image(image, color=...), got {type(model).__name__}")
+        self.options = opts = options or PipelineOptions()
+        self.model = model
+        self.source = source if isinstance(source, FrameSource) else source_from_uri(source, source_options)
+        if self.source.state is SourceState.CLOSED:
+            raise PipelineStateError(f"source {self.source.name!r} is closed; a source is read once")
+        self.sinks: tuple[Sink, ...] = tuple(s if isinstance(s, Sink) else CallbackSink(s) for s in sinks)
+        self.drop_policy = opts.drop_policy or ("latest" if self.source.live else "block")
+        self.throttle = opts.max_fps is not None and (opts.rate_mode == "throttle" or (opts.rate_mode == "auto" and not self.source.live))
+        self._on_error = on_error
+        self._on_drop = on_drop
+        self._predict_kw = {"top_k": opts.top_k} if opts.top_k is not None else {}
+
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._state = PipelineState.NEW
+        self._queue: deque[Frame] = deque()
+        self._frames_in = 0
+        self._processed = 0
+        self._dropped = dict.fromkeys(DROP_REASONS, 0)
+        self._waiting = 0
+        self._inferring = 0
+        self._emitting = 0
+        self._max_depth = 0
+        self._sink_errors = 0
+        self._stop_reading = False
+        self._discard = False
+        self._capture_done = False
+        self._workers_alive = 0
+        self._next_take = 0  # order number given to a frame when a worker takes it
+        self._done: dict[int, FrameResult | None] = {}  # finished, by order number (None: failed)
+        self._out_capacity = 2 * opts.workers
+        self._stop_event = threading.Event()
+        self._finished = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._error: BaseException | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> PipelineState:
+        return self._state
+
+    @property
+    def error(self) -> BaseException | None:
+        """The exception that ended the capture early (a failed source), else None."""
+        return self._error
+
+    def start(self) -> "VisionPipeline":
+        """Open the source and sinks and start the threads; returns at once."""
+        with self._lock:
+            if self._state is not PipelineState.NEW:
+                raise PipelineStateError(f"pipeline is {self._state.value}; a pipeline runs once, make a new one")
+            self._state = PipelineState.RUNNING
+        try:
+            self.source.open()
+            for s in self.sinks:
+                s.open()
+        except BaseException:
+            with self._lock:
+                self._state = PipelineState.STOPPED
+            self.source.close()
+            self._finished.set()
+            raise
+        n = self.options.workers
+        self._workers_alive = n
+        self._threads = [threading.Thread(target=self._capture_loop, name="edge-sdk-pipeline-capture", daemon=True)]
+        self._threads += [threading.Thread(target=self._worker_loop, name=f"edge-sdk-pipeline-infer-{i}", daemon=True) for i in range(n)]
+        self._threads.append(threading.Thread(target=self._output_loop, name="edge-sdk-pipeline-output", daemon=True))
+        for t in self._threads:
+            t.start()
+        return self
+
+    def stop(self, mode: str | None = None) -> None:
+        """Ask the pipeline to stop; returns at once (``join()`` waits). ``mode``: "drain" or
+        "discard" (default ``options.stop_mode``). Idempotent; a later "discard" upgrades a
+        "drain" in progress."""
+        mode = mode or self.options.stop_mode
+        if mode not in STOP_MODES:
+            raise ValueError(f"mode: expected one of {STOP_MODES}, got {mode!r}")
+        drops: list[FrameDrop] = []
+        with self._cond:
+            if self._state is PipelineState.NEW:
+                self._state = PipelineState.STOPPED
+                self._finished.set()
+                close_source = True
+            else:
+                close_source = False
+                if self._state is PipelineState.RUNNING:
+                    self._state = PipelineState.STOPPING
+                self._stop_reading = True
+                if mode == "discard" and not self._discard:
+                    self._discard = True
+                    while self._queue:
+                        f = self._queue.popleft()
+                        drops.append(self._drop_locked(f.index, "shutdown", "discarded by stop()"))
+                self._cond.notify_all()
+        self._stop_event.set()
+        self.source.interrupt()
+        if close_source:
+            self.source.close()
+        self._report_drops(drops)
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the threads to end; True when they have (then ``in_flight == 0``)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for t in self._threads:
+            t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._threads)
+
+    def run(self) -> PipelineCounters:
+        """Start, wait until the source ends or ``stop()`` is called, and return the counters.
+        Raises the SourceError of a source that failed; on KeyboardInterrupt discards and stops."""
+        self.start()
+        try:
+            while not self._finished.wait(0.2):
+                pass
+        except BaseException:
+            self.stop("discard")
+            self.join(self.options.join_timeout_s)
+            raise
+        if not self.join(self.options.join_timeout_s):
+            raise PipelineError(f"pipeline threads did not end within {self.options.join_timeout_s} s")
+        if self._error is not None:
+            if isinstance(self._error, SourceError):
+                raise self._error
+            raise SourceError(f"source {self.source.name!r} failed: {self._error!r}") from self._error
+        return self.counters()
+
+    def close(self, mode: str | None = None) -> None:
+        """Stop and join (idempotent). Raises PipelineError if the threads outlive ``join_timeout_s``."""
+        self.stop(mode)
+        if not self.join(self.options.join_timeout_s):
+            raise PipelineError(f"pipeline threads did not end within {self.options.join_timeout_s} s")
+
+    def __enter__(self) -> "VisionPipeline":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.close("discard" if exc_type is not None else None)
+
+    def counters(self) -> PipelineCounters:
+        with self._lock:
+            return PipelineCounters(
+                frames_in=self._frames_in,
+                processed=self._processed,
+                dropped=MappingProxyType(dict(self._dropped)),
+                waiting=self._waiting,
+                queued=len(self._queue),
+                inferring=self._inferring,
+                emitting=self._emitting,
+                max_queue_depth=self._max_depth,
+                sink_errors=self._sink_errors,
+                state=self._state.value,
+            )
+
+    def __repr__(self) -> str:
+        return f"VisionPipeline({self.source!r}, policy={self.drop_policy!r}, workers={self.options.workers}, {self._state.value})"
+
+    # -- accounting helpers (call with the lock held) ------------------------------------------------
+
+    def _drop_locked(self, index: int, reason: str, detail: str) -> FrameDrop:
+        self._dropped[reason] = self._dropped.get(reason, 0) + 1
+        return FrameDrop(index, reason, detail, _now_ms(), self.source.name)
+
+    def _report_drops(self, drops: list[FrameDrop]) -> None:
+        if self._on_drop is None:
+            return
+        for d in drops:
+            try:
+                self._on_drop(d)
+            except Exception:
+                _log.exception("on_drop callback raised (ignored)")
+
+    def _report_error(self, exc: BaseException, frame: Frame | None) -> None:
+        if self._on_error is None:
+            _log.warning("frame %s: %s: %s", None if frame is None else frame.index, type(exc).__name__, exc)
+            return
+        try:
+            self._on_error(exc, frame)
+        except Exception:
+            _log.exception("on_error callback raised (ignored)")
+
+    # -- stages ------------------------------------------------------------------------------------
+
+    def _capture_loop(self) -> None:
+        src = self.source
+        interval_ms = 1000.0 / self.options.max_fps if self.options.max_fps else None
+        tolerance_ms = 0.0 if self.throttle else (interval_ms or 0.0) * 0.2  # camera jitter
+        next_due_ms: float | None = None
+        error: BaseException | None = None
+        try:
+            while not self._stop_reading:
+                if self.throttle and next_due_ms is not None:
+                    delay_s = (next_due_ms - _now_ms()) / 1000.0
+                    if delay_s > 0 and self._stop_event.wait(delay_s):
+                        break
+                item = src.read()
+                if item is None:
+                    break
+                if isinstance(item, FrameDrop):
+                    with self._lock:
+                        self._frames_in += 1
+                        self._dropped[item.reason] = self._dropped.get(item.reason, 0) + 1
+                    self._report_drops([item])
+                    continue
+                if interval_ms is not None:
+                    ts = item.timestamp_ms
+                    if not self.throttle and next_due_ms is not None and ts < next_due_ms - tolerance_ms:
+                        with self._lock:
+                            self._frames_in += 1
+                            d = self._drop_locked(item.index, "rate_limit", f"over max_fps={self.options.max_fps}")
+                        self._report_drops([d])
+                        continue
+                    next_due_ms = (ts if next_due_ms is None else max(next_due_ms, ts - tolerance_ms)) + interval_ms
+                self._admit(item)
+        except BaseException as e:  # a failed source ends the capture; run() raises it
+            error = e
+        finally:
+            try:
+                src.close()
+            except Exception as e:
+                error = error or e
+            with self._cond:
+                self._capture_done = True
+                if error is not None:
+                    self._error = error
+                self._cond.notify_all()
+
+    def _admit(self, frame: Frame) -> None:
+        drops: list[FrameDrop] = []
+        q, cap = self._queue, self.options.queue_size
+        with self._cond:
+            self._frames_in += 1
+            policy = self.drop_policy
+            if self._discard:
+                drops.append(self._drop_locked(frame.index, "shutdown", "discarded by stop()"))
+            elif policy == "latest":
+                while q:
+                    old = q.popleft()
+                    drops.append(self._drop_locked(old.index, "evicted", f"replaced by newer frame {frame.index}"))
+                q.append(frame)
+            elif len(q) < cap:
+                q.append(frame)
+            elif policy == "drop_newest":
+                drops.append(self._drop_locked(frame.index, "queue_full", f"queue full ({cap} frames)"))
+            elif policy == "drop_oldest":
+                old = q.popleft()
+                drops.append(self._drop_locked(old.index, "evicted", f"queue full ({cap} frames), oldest evicted"))
+                q.append(frame)
+            else:  # block: back-pressure the source
+                self._waiting += 1
+                while len(q) >= cap and not self._discard:
+                    self._cond.wait()
+                self._waiting -= 1
+                if self._discard:
+                    drops.append(self._drop_locked(frame.index, "shutdown", "discarded by stop()"))
+                else:
+                    q.append(frame)
+            if len(q) > self._max_depth:
+                self._max_depth = len(q)
+            self._cond.notify_all()
+        self._report_drops(drops)
+
+    def _worker_loop(self) -> None:
+        predict = self.model.predict_image
+        kw = self._predict_kw
+        try:
+            while True:
+                with self._cond:
+                    while not (self._queue and self._inferring + self._emitting < self._out_capacity):
+                        if not self._queue and self._capture_done:
+                            return
+                        self._cond.wait()
+                    frame = self._queue.popleft()
+                    seq = self._next_take
+                    self._next_take += 1
+                    self._inferring += 1
+                    self._cond.notify_all()  # room in the queue
+                err: Exception | None = None
+                fr: FrameResult | None = None
+                try:
+                    result = predict(frame.image, color=frame.color, **kw)
+                    t = _now_ms()
+                    fr = FrameResult(frame.index, frame.timestamp_ms, result, t - frame.timestamp_ms, frame)
+                except Exception as e:
+                    err = e
+                drop = None
+                with self._cond:
+                    self._inferring -= 1
+                    self._done[seq] = fr
+                    if fr is not None:
+                        self._emitting += 1
+                    else:
+                        drop = self._drop_locked(frame.index, "error", f"frame {frame.index}: {type(err).__name__}: {err}")
+                    self._cond.notify_all()
+                if err is not None:
+                    self._report_error(err, frame)
+                    self._report_drops([drop])  # type: ignore[list-item]
+        finally:
+            with self._cond:
+                self._workers_alive -= 1
+                self._cond.notify_all()
+
+    def _output_loop(self) -> None:
+        next_seq = 0
+        try:
+            while True:
+                with self._cond:
+                    while next_seq not in self._done:
+                        if self._workers_alive == 0:
+                            return
+                        self._cond.wait()
+                    fr = self._done.pop(next_seq)
+                next_seq += 1
+                if fr is None:
+                    continue
+                failures: list[BaseException] = []
+                for sink in self.sinks:
+                    try:
+                        sink.write(fr)
+                    except Exception as e:
+                        failures.append(e)
+                with self._cond:
+                    self._emitting -= 1
+                    self._processed += 1
+                    self._sink_errors += len(failures)
+                    self._cond.notify_all()
+                for e in failures:
+                    self._report_error(e, fr.frame)
+        finally:
+            with self._cond:
+                self._state = PipelineState.STOPPED
+                self._cond.notify_all()
+            self._finished.set()
