@@ -2,10 +2,11 @@
 
 No model hub is needed: some packages on PyPI ship trained model files inside
 their wheels (MediaPipe ships ``.tflite`` files, RapidOCR ships PP-OCR ``.onnx``
-files).  ``fetch(name)`` downloads the pinned wheel with ``pip download`` (so
-pip's own index, proxy and certificate settings apply), takes the one member
-out of the zip, checks its sha256 against the pin in :data:`MODELS`, and stores
-it atomically in a cache named by that digest, keeping the member's suffix::
+files, silero-vad ships its voice activity detector as ``.onnx``).  ``fetch(name)``
+downloads the pinned wheel with ``pip download`` (so pip's own index, proxy and
+certificate settings apply), takes the one member out of the zip, checks its
+sha256 against the pin in :data:`MODELS`, and stores it atomically in a cache
+named by that digest, keeping the member's suffix::
 
     $EDGE_SDK_CACHE/pretrained/<sha256>.tflite      (default ~/.cache/edge_sdk/pretrained/)
     $EDGE_SDK_CACHE/pretrained/<sha256>.onnx
@@ -19,8 +20,8 @@ For a platform wheel (mediapipe) the wheel is the CPython 3.11
 ``manylinux_2_28_x86_64`` one whatever machine runs this (``pip download
 --platform`` only downloads, it never installs); the ``.tflite`` members are
 byte-identical in the Linux, Windows and macOS wheels of mediapipe 0.10.21
-(checked when pinning).  A pure-Python wheel (``py3-none-any``, rapidocr) is the
-same file everywhere, so no ``--platform``/``--abi``/``--implementation`` is
+(checked when pinning).  A pure-Python wheel (``py3-none-any``: rapidocr, silero-vad)
+is the same file everywhere, so no ``--platform``/``--abi``/``--implementation`` is
 passed; only ``--python-version`` is, so that the package's Requires-Python
 (rapidocr 1.4.4 says ``<3.13``) is judged for 3.11 rather than for the running
 interpreter.  Either way the wheel's own sha256 is pinned too.
@@ -166,6 +167,19 @@ _RAPIDOCR = dict(
     license="Apache-2.0",
 )
 
+_SILERO = dict(
+    package="silero-vad",
+    version="6.2.3",
+    # silero_vad-6.2.3-py3-none-any.whl, 11,317,527 bytes (pure Python: one wheel for
+    # every platform; Requires-Python >=3.8).  MIT licence (Silero Team).
+    wheel_sha256="7b7f5436cfcb02fae583a05b512ea96467fd449fe54cb49a5e4f06c51a1e43b8",
+    wheel_size=11_317_527,
+    implementation=None,
+    abi=None,
+    platform=None,
+    license="MIT",
+)
+
 #: name -> where to find it and what it must hash to.
 MODELS: dict[str, Pretrained] = {
     "mediapipe-face-detection-short-range": Pretrained(
@@ -237,6 +251,31 @@ MODELS: dict[str, Pretrained] = {
             ),
         ),
         **_RAPIDOCR,
+    ),
+    "silero-vad-16k": Pretrained(
+        member="silero_vad/data/silero_vad_16k_op15.onnx",
+        sha256="7ed98ddbad84ccac4cd0aeb3099049280713df825c610a8ed34543318f1b2c49",
+        size=1_289_603,
+        description=(
+            "Silero VAD v6 voice activity detector, 16 kHz only (the wheel's opset-15 export, "
+            "what silero_vad.load_silero_vad(onnx=True, opset_version=15) loads; when pinning, "
+            "its outputs equalled those of the wheel's default silero_vad.onnx bit for bit on "
+            "9 s of 16 kHz speech). ONNX opset 15, ir_version 8 (PyTorch 2.3.1). Per call: 'input' [batch, 576] float32 = "
+            "the previous call's last 64 samples followed by 512 new ones (32 ms hop; zeros "
+            "before the first call), 'state' [2, batch, 128] float32 (zeros at the start, then "
+            "the previous 'stateN'), 'sr' int64 scalar 16000. Outputs: 'output' [batch, 1] "
+            "speech probability; 'stateN' [2, batch, 128] the next state. Speech: >= 0.5."
+        ),
+        inputs=(
+            TensorSpec("input", ("batch", "sequence"), "float32"),
+            TensorSpec("state", (2, "batch", 128), "float32"),
+            TensorSpec("sr", (), "int64"),
+        ),
+        outputs=(
+            TensorSpec("output", ("batch", 1), "float32"),
+            TensorSpec("stateN", ("AddstateN_dim_0", "batch", "AddstateN_dim_2"), "float32"),
+        ),
+        **_SILERO,
     ),
 }
 

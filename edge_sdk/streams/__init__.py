@@ -1,0 +1,46 @@
+"""Streams: feed a model from live sources.
+
+:mod:`edge_sdk.streams.signal` cuts sampled signals (audio, IMU, any sensor) into model
+windows with timestamp checks, gap and ordering policies, per-stream model state and a
+router for many streams (with batching across streams for stateless models)::
+
+    from edge_sdk.streams import SignalStream, SignalStreamOptions, StreamRouter
+
+Importing this package imports numpy only; no runtime is loaded until a model is.
+"""
+
+from __future__ import annotations
+
+from .signal import (
+    DuplicateStreamError,
+    GapError,
+    NonFiniteSignalError,
+    SignalConfigError,
+    SignalDTypeError,
+    SignalShapeError,
+    SignalStream,
+    SignalStreamOptions,
+    StreamClosedError,
+    StreamEvent,
+    StreamLimitError,
+    StreamRouter,
+    TimestampError,
+    WindowResult,
+)
+
+__all__ = [
+    "SignalStreamOptions",
+    "SignalStream",
+    "StreamRouter",
+    "WindowResult",
+    "StreamEvent",
+    "SignalConfigError",
+    "SignalDTypeError",
+    "SignalShapeError",
+    "NonFiniteSignalError",
+    "TimestampError",
+    "GapError",
+    "StreamClosedError",
+    "StreamLimitError",
+    "DuplicateStreamError",
+]

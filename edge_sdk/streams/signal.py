@@ -1,0 +1,959 @@
+"""Windowed signal streams: audio and other sampled sensors over a :class:`~edge_sdk.model.Model`.
+
+A :class:`SignalStream` takes samples as they arrive, in chunks of any size, each with
+the timestamp of its first sample, and runs the model on every full window::
+
+    opts = SignalStreamOptions(sample_rate_hz=16000, window=576, hop=512, prefill=64)
+    stream = SignalStream(model, opts, constants={"sr": np.array(16000, np.int64)})
+    for w in stream.push(chunk, timestamp_ms=t):        # chunk: float32 [n] or [n, channels]
+        print(w.timestamp_ms, w.outputs["output"])
+
+Windows are ``window`` samples long and start every ``hop`` samples (``hop > window``
+skips samples). ``prefill`` zero samples sit in front of the first window, for models
+that take left context (Silero VAD takes 64 samples of the previous chunk in front of
+each 512 new ones: window 576, hop 512, prefill 64).
+
+The sample clock is the reference: the timestamp of a window is the timestamp of the
+push that anchored the clock plus (samples since then) / ``sample_rate_hz``. Each push's
+timestamp is checked against that clock; a difference within
+``timestamp_tolerance_ms`` is jitter and ignored, beyond it the timestamps say samples
+are missing (a gap) or repeated (an overlap), and the stream applies its policies:
+
+========================  ==================================================================
+gap, ``"reset"``          drop the buffer, reset the model state, re-anchor at the new push
+gap, ``"fill"``           feed zeros for the missing samples (at most ``max_gap_ms``; a longer
+                          gap resets), windows that hold zeros say so in ``filled_samples``
+gap, ``"error"``          raise :class:`GapError`; the stream is left as it was
+overlap, ``"drop"``       drop the push's samples the stream already has, keep the rest
+timestamp <= previous     out of order or duplicate: ``"drop"`` drops the whole push,
+                          ``"error"`` raises :class:`TimestampError`
+========================  ==================================================================
+
+Every decision is recorded as a :class:`StreamEvent` (``pop_events()``); the windows
+themselves carry ``epoch``, which changes whenever the stream restarted, so a consumer can
+tell continuity without reading events.
+
+Memory per stream is fixed by the options: one buffer of ``max_buffer_samples`` x
+``channels`` samples (default: one window), whatever the size of a push, plus a bounded
+event log. A :class:`StreamRouter` keeps one stream per id, at most ``max_streams``
+(least-recently-pushed evicted, or refused), each with its own model state; for stateless
+models it can run windows of several streams as one batch.
+
+Nothing here starts a thread: a router's bounded wait is enforced when ``push``/``poll``
+is called (call ``poll()`` from your loop at least every ``max_wait_ms``).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Mapping, NamedTuple
+
+import numpy as np
+
+from ..errors import (
+    EdgeSDKError,
+    InputDTypeError,
+    InputError,
+    InputShapeError,
+    InputTypeError,
+    NonFiniteInputError,
+    SessionClosedError,
+)
+from ..validation import InputValidator
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..model import Model, Result
+
+__all__ = [
+    "SignalStreamOptions",
+    "SignalStream",
+    "StreamRouter",
+    "WindowResult",
+    "StreamEvent",
+    "SignalConfigError",
+    "SignalDTypeError",
+    "SignalShapeError",
+    "NonFiniteSignalError",
+    "TimestampError",
+    "GapError",
+    "StreamClosedError",
+    "StreamLimitError",
+    "DuplicateStreamError",
+]
+
+
+# --- errors ---------------------------------------------------------------------------
+
+
+class SignalConfigError(EdgeSDKError, ValueError):
+    """Stream options, or options and model, do not fit together (raised on construction)."""
+
+
+class SignalDTypeError(InputDTypeError):
+    """Pushed samples have another dtype than ``SignalStreamOptions.dtype``; nothing is cast."""
+
+
+class SignalShapeError(InputShapeError):
+    """Pushed samples are not ``[n]`` (mono) or ``[n, channels]``."""
+
+
+class NonFiniteSignalError(NonFiniteInputError):
+    """Pushed samples hold NaN or Inf; the push is refused and the stream is unchanged."""
+
+
+class TimestampError(InputError):
+    """A push's timestamp is not finite, goes backwards, repeats, or overlaps samples
+    the stream already has (with ``out_of_order_policy="error"``)."""
+
+
+class GapError(TimestampError):
+    """Samples are missing before a push (with ``gap_policy="error"``). The stream is
+    unchanged; ``reset()`` and push again to start over at the new timestamp."""
+
+
+class StreamClosedError(SessionClosedError):
+    """A call on a stream (or router) after ``close()``."""
+
+
+class StreamLimitError(EdgeSDKError, RuntimeError):
+    """A router already has ``max_streams`` open streams and ``eviction="error"``."""
+
+
+class DuplicateStreamError(EdgeSDKError, ValueError):
+    """``StreamRouter.open`` for a stream id that is already open."""
+
+
+# --- options ------------------------------------------------------------------------------
+
+GAP_POLICIES = ("reset", "fill", "error")
+OUT_OF_ORDER_POLICIES = ("drop", "error")
+EVICTIONS = ("lru", "error")
+
+# How a window (a fresh [window, channels] array) becomes the model's input.
+# N: batch of 1, T: time (samples), C: channels.
+_LAYOUTS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "T": lambda w: w[:, 0],
+    "TC": lambda w: w,
+    "CT": lambda w: w.T,
+    "NT": lambda w: w[:, 0][None],
+    "NTC": lambda w: w[None],
+    "NCT": lambda w: w.T[None],
+}
+
+
+def _pos_int(name: str, v: Any) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise SignalConfigError(f"{name}: expected an int >= 1, got {v!r}")
+
+
+def _number(name: str, v: Any, *, positive: bool) -> None:
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and (v > 0 if positive else v >= 0)
+    if not ok:
+        raise SignalConfigError(f"{name}: expected a finite number {'> 0' if positive else '>= 0'}, got {v!r}")
+
+
+@dataclass(frozen=True)
+class SignalStreamOptions:
+    """How a sampled signal is cut into model windows, and what to do when it is not clean.
+
+    sample_rate_hz: samples per second per channel. window: samples per model call.
+    hop: samples between window starts (default ``window``; ``< window`` overlaps,
+    ``> window`` skips). channels: samples per time step. dtype: the dtype pushes must
+    have (never cast). layout: how a window is fed (N batch of 1, T time, C channels):
+    "NT" (default, mono), "T", "TC", "CT", "NTC", "NCT". prefill: zero samples in front of
+    the first window (left context; < window). gap_policy: "reset" | "fill" | "error".
+    max_gap_ms: the longest gap "fill" zero-fills; longer gaps reset.
+    out_of_order_policy: "drop" | "error" for timestamps that go backwards, repeat or overlap.
+    timestamp_tolerance_ms: push timestamps within this of the sample clock are jitter.
+    max_buffer_samples: buffer per stream, in samples (>= window; default window): pushes of
+    any size pass through it. max_events: events kept per stream (older ones are dropped).
+    """
+
+    sample_rate_hz: float
+    window: int
+    hop: int | None = None
+    channels: int = 1
+    dtype: str = "float32"
+    layout: str = "NT"
+    prefill: int = 0
+    gap_policy: str = "reset"
+    max_gap_ms: float = 1000.0
+    out_of_order_policy: str = "drop"
+    timestamp_tolerance_ms: float = 2.0
+    max_buffer_samples: int | None = None
+    max_events: int = 256
+
+    def __post_init__(self) -> None:
+        _number("sample_rate_hz", self.sample_rate_hz, positive=True)
+        _pos_int("window", self.window)
+        if self.hop is not None:
+            _pos_int("hop", self.hop)
+        _pos_int("channels", self.channels)
+        _pos_int("max_events", self.max_events)
+        try:
+            dt = np.dtype(self.dtype)
+        except TypeError as e:
+            raise SignalConfigError(f"dtype: {self.dtype!r} is not a numpy dtype") from e
+        if dt.kind not in "fiu":
+            raise SignalConfigError(f"dtype: expected a numeric dtype (float/int), got {self.dtype!r}")
+        if self.layout not in _LAYOUTS:
+            raise SignalConfigError(f"layout: expected one of {sorted(_LAYOUTS)}, got {self.layout!r}")
+        if "C" not in self.layout and self.channels != 1:
+            raise SignalConfigError(f"layout {self.layout!r} has no channel axis, so channels must be 1, got {self.channels}")
+        if isinstance(self.prefill, bool) or not isinstance(self.prefill, int) or not 0 <= self.prefill < self.window:
+            raise SignalConfigError(f"prefill: expected an int in [0, window={self.window}), got {self.prefill!r}")
+        if self.gap_policy not in GAP_POLICIES:
+            raise SignalConfigError(f"gap_policy: expected one of {GAP_POLICIES}, got {self.gap_policy!r}")
+        if self.out_of_order_policy not in OUT_OF_ORDER_POLICIES:
+            raise SignalConfigError(f"out_of_order_policy: expected one of {OUT_OF_ORDER_POLICIES}, got {self.out_of_order_policy!r}")
+        _number("max_gap_ms", self.max_gap_ms, positive=False)
+        _number("timestamp_tolerance_ms", self.timestamp_tolerance_ms, positive=False)
+        if self.max_buffer_samples is not None:
+            _pos_int("max_buffer_samples", self.max_buffer_samples)
+            if self.max_buffer_samples < self.window:
+                raise SignalConfigError(f"max_buffer_samples: must hold one window ({self.window}), got {self.max_buffer_samples}")
+
+    @property
+    def hop_samples(self) -> int:
+        return self.hop if self.hop is not None else self.window
+
+    @property
+    def buffer_samples(self) -> int:
+        return self.max_buffer_samples if self.max_buffer_samples is not None else self.window
+
+    @property
+    def window_ms(self) -> float:
+        return self.window * 1000.0 / self.sample_rate_hz
+
+    @property
+    def hop_ms(self) -> float:
+        return self.hop_samples * 1000.0 / self.sample_rate_hz
+
+    def window_shape(self) -> tuple[int, ...]:
+        """The shape one window is fed to the model with (per ``layout``)."""
+        dims = {"N": 1, "T": self.window, "C": self.channels}
+        return tuple(dims[a] for a in self.layout)
+
+
+# --- results and events -----------------------------------------------------------------
+
+
+class StreamEvent(NamedTuple):
+    """Something a stream decided about its input.
+
+    kind: "gap" | "overlap" | "out_of_order" | "duplicate" | "reset" | "evicted".
+    action: "reset" | "fill" | "drop" | "close" (what was done about it).
+    timestamp_ms: the push's timestamp (for "reset"/"evicted": when known, else NaN).
+    samples: how many samples were missing, zero-filled or dropped (per channel).
+    """
+
+    kind: str
+    action: str
+    stream_id: Hashable
+    timestamp_ms: float
+    samples: int
+    detail: str
+
+
+class WindowResult(NamedTuple):
+    """The model's result for one window of one stream.
+
+    index: windows of this stream before this one (counted from open, across resets).
+    start_sample: index of the window's first sample in the stream's sample clock (0 =
+    first sample pushed; zero-fills count, ``prefill`` samples are negative).
+    timestamp_ms: time of that first sample. epoch: changes whenever the stream restarted
+    (gap reset, ``reset()``): windows with equal epochs are continuous.
+    filled_samples: samples of this window that are zero-fill for a gap.
+    """
+
+    stream_id: Hashable
+    index: int
+    start_sample: int
+    timestamp_ms: float
+    duration_ms: float
+    epoch: int
+    filled_samples: int
+    result: "Result"
+
+    @property
+    def outputs(self) -> Mapping[str, np.ndarray]:
+        return self.result.outputs
+
+    @property
+    def end_ms(self) -> float:
+        return self.timestamp_ms + self.duration_ms
+
+
+class _Frame(NamedTuple):
+    index: int
+    start_sample: int
+    timestamp_ms: float
+    epoch: int
+    filled: int
+    data: np.ndarray  # model-ready (layout applied, C-contiguous, owned)
+
+
+class _Plan(NamedTuple):
+    reset: bool  # the model state must be reset before these frames
+    frames: list[_Frame]
+
+
+# --- the framer: samples -> windows, timestamps, policies (no model) -------------------------
+
+
+class _Framer:
+    """Cuts pushes into windows through a fixed buffer and applies the timestamp policies."""
+
+    def __init__(self, opts: SignalStreamOptions, stream_id: Hashable, emit: Callable[[StreamEvent], None]) -> None:
+        self.o = opts
+        self.stream_id = stream_id
+        self._emit = emit
+        self._dtype = np.dtype(opts.dtype)
+        self._is_float = self._dtype.kind == "f"
+        self._acc = np.float32 if self._dtype == np.float16 else None
+        self._sr = float(opts.sample_rate_hz)
+        self._ms_per_sample = 1000.0 / self._sr
+        self._window = opts.window
+        self._hop = opts.hop_samples
+        self._layout = _LAYOUTS[opts.layout]
+        self._buf = np.zeros((opts.buffer_samples, opts.channels), dtype=self._dtype)
+        self._index = 0
+        self._in_idx = 0  # sample index of the next sample entering the stream
+        self.epoch = -1
+        self._restart()  # epoch 0
+
+    # -- state ----------------------------------------------------------------------
+
+    def _restart(self) -> None:
+        p = self.o.prefill
+        self._buf[:p] = 0
+        self._fill = p  # samples in the buffer
+        self._skip = 0  # samples still to skip before the next window (hop > window)
+        self._filled: list[tuple[int, int]] = []  # [start, end) zero-filled sample ranges still buffered
+        self._anchor_ts: float | None = None
+        self._anchor_idx = self._in_idx
+        self._last_ts: float | None = None
+        self.epoch += 1
+
+    def restart(self) -> None:
+        self._restart()
+
+    @property
+    def buffered_samples(self) -> int:
+        return self._fill
+
+    @property
+    def nbytes(self) -> int:
+        return self._buf.nbytes
+
+    def expected_timestamp_ms(self) -> float | None:
+        """Where the sample clock says the next push starts (None before the first push)."""
+        if self._anchor_ts is None:
+            return None
+        return self._anchor_ts + (self._in_idx - self._anchor_idx) * self._ms_per_sample
+
+    # -- input checks ----------------------------------------------------------------
+
+    def check(self, samples: Any) -> np.ndarray:
+        """The samples as an [n, channels] view; raises typed errors naming expected vs actual."""
+        o = self.o
+        if not isinstance(samples, np.ndarray):
+            raise InputTypeError(f"stream {self.stream_id!r}: expected samples as a numpy.ndarray of {o.dtype}, got {type(samples).__name__}")
+        if samples.dtype != self._dtype:
+            raise SignalDTypeError(f"stream {self.stream_id!r}: expected samples of dtype {o.dtype}, got {samples.dtype} (nothing is cast)")
+        want = "[n]" if o.channels == 1 else f"[n, {o.channels}]"
+        if samples.ndim == 1:
+            if o.channels != 1:
+                raise SignalShapeError(f"stream {self.stream_id!r}: expected samples of shape [n, {o.channels}] ({o.channels} channels), got shape {samples.shape}")
+            x = samples.reshape(-1, 1)
+        elif samples.ndim == 2:
+            if samples.shape[1] != o.channels:
+                raise SignalShapeError(
+                    f"stream {self.stream_id!r}: expected {o.channels} channel(s), shape {want} or [n, {o.channels}], got shape {samples.shape}"
+                )
+            x = samples
+        else:
+            raise SignalShapeError(f"stream {self.stream_id!r}: expected samples of shape {want}, got rank {samples.ndim} shape {samples.shape}")
+        if self._is_float and x.size:
+            with np.errstate(over="ignore", invalid="ignore"):
+                ok = math.isfinite(np.add.reduce(x, axis=None, dtype=self._acc))
+            if not ok and not np.isfinite(x).all():
+                bad = int(np.count_nonzero(~np.isfinite(x)))
+                raise NonFiniteSignalError(f"stream {self.stream_id!r}: expected finite samples, got {bad} NaN/Inf of {x.size}; the push was refused")
+        return x
+
+    @staticmethod
+    def check_timestamp(stream_id: Hashable, timestamp_ms: Any) -> float:
+        if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, (int, float, np.integer, np.floating)):
+            raise InputTypeError(f"stream {stream_id!r}: expected timestamp_ms as a number, got {type(timestamp_ms).__name__}")
+        ts = float(timestamp_ms)
+        if not math.isfinite(ts):
+            raise TimestampError(f"stream {stream_id!r}: expected a finite timestamp_ms, got {ts}")
+        return ts
+
+    # -- the push ----------------------------------------------------------------------
+
+    def push(self, samples: Any, timestamp_ms: Any) -> _Plan:
+        x = self.check(samples)
+        ts = self.check_timestamp(self.stream_id, timestamp_ms)
+        n = x.shape[0]
+        if n == 0:
+            return _Plan(False, [])
+        o = self.o
+        reset = False
+        frames: list[_Frame] = []
+        if self._anchor_ts is None:
+            self._anchor_ts, self._anchor_idx = ts, self._in_idx
+        else:
+            expected = self._anchor_ts + (self._in_idx - self._anchor_idx) * self._ms_per_sample
+            last_ts: float = self._last_ts  # type: ignore[assignment]  # set with the anchor
+            delta = ts - expected
+            tol = o.timestamp_tolerance_ms
+            if ts <= last_ts:
+                kind = "duplicate" if ts == last_ts else "out_of_order"
+                what = "repeats" if kind == "duplicate" else "goes back from"
+                msg = f"stream {self.stream_id!r}: timestamp {ts:.3f} ms {what} the previous push's {last_ts:.3f} ms"
+                if o.out_of_order_policy == "error":
+                    raise TimestampError(msg + "; out_of_order_policy='error'")
+                self._emit(StreamEvent(kind, "drop", self.stream_id, ts, n, msg + f"; dropped {n} samples"))
+                return _Plan(False, [])
+            if delta > tol:
+                missing = int(round(delta * self._sr / 1000.0))
+                if missing > 0:
+                    msg = (
+                        f"stream {self.stream_id!r}: gap of {delta:.3f} ms ({missing} samples at {self._sr:g} Hz) before this push: "
+                        f"expected timestamp {expected:.3f} ms, got {ts:.3f} ms"
+                    )
+                    policy = o.gap_policy
+                    if policy == "error":
+                        raise GapError(msg + "; gap_policy='error' (reset() to start over at the new timestamp)")
+                    if policy == "fill" and delta <= o.max_gap_ms:
+                        self._emit(StreamEvent("gap", "fill", self.stream_id, ts, missing, msg + f"; zero-filled {missing} samples"))
+                        self._filled.append((self._in_idx, self._in_idx + missing))
+                        zeros = np.zeros((min(missing, self._buf.shape[0]), o.channels), self._dtype)  # bounded, whatever the gap
+                        for k in range(0, missing, zeros.shape[0]):
+                            self._append(zeros[: missing - k], frames)
+                        self._anchor_ts, self._anchor_idx = ts, self._in_idx  # re-anchor: no rounding drift across fills
+                    else:
+                        why = f" (longer than max_gap_ms={o.max_gap_ms:g})" if policy == "fill" else ""
+                        self._emit(StreamEvent("gap", "reset", self.stream_id, ts, missing, msg + f"; state and buffer reset{why}"))
+                        self._restart()
+                        self._anchor_ts, self._anchor_idx = ts, self._in_idx
+                        reset = True
+            elif delta < -tol:
+                extra = int(round(-delta * self._sr / 1000.0))
+                if extra > 0:
+                    msg = (
+                        f"stream {self.stream_id!r}: push at {ts:.3f} ms overlaps {-delta:.3f} ms ({extra} samples) the stream already has "
+                        f"(expected {expected:.3f} ms)"
+                    )
+                    if o.out_of_order_policy == "error":
+                        raise TimestampError(msg + "; out_of_order_policy='error'")
+                    k = min(extra, n)
+                    self._emit(StreamEvent("overlap", "drop", self.stream_id, ts, k, msg + f"; dropped the first {k} samples"))
+                    x = x[k:]
+        self._last_ts = ts
+        if x.shape[0]:
+            self._append(x, frames)
+        return _Plan(reset, frames)
+
+    def _append(self, x: np.ndarray, frames: list[_Frame]) -> None:
+        """Copy ``x`` through the buffer, cutting every full window into ``frames``."""
+        buf, window, hop = self._buf, self._window, self._hop
+        cap = buf.shape[0]
+        n = x.shape[0]
+        i = 0
+        while i < n:
+            if self._skip:  # hop > window: samples between windows are never buffered
+                k = min(self._skip, n - i)
+                self._skip -= k
+                self._in_idx += k
+                i += k
+                continue
+            k = min(cap - self._fill, n - i)
+            buf[self._fill : self._fill + k] = x[i : i + k]
+            self._fill += k
+            self._in_idx += k
+            i += k
+            base = self._in_idx - self._fill  # sample index of buf[0]
+            off = 0
+            while self._fill - off >= window:
+                start = base + off
+                data = np.ascontiguousarray(self._layout(buf[off : off + window].copy()))
+                frames.append(
+                    _Frame(
+                        self._index,
+                        start,
+                        self._anchor_ts + (start - self._anchor_idx) * self._ms_per_sample,  # type: ignore[operator]
+                        self.epoch,
+                        self._filled_in(start, start + window),
+                        data,
+                    )
+                )
+                self._index += 1
+                off += hop
+            if off:
+                if off >= self._fill:
+                    self._skip = off - self._fill
+                    self._fill = 0
+                else:
+                    rest = self._fill - off
+                    buf[:rest] = buf[off : self._fill]
+                    self._fill = rest
+                if self._filled:
+                    keep_from = self._in_idx - self._fill
+                    self._filled = [(a, b) for a, b in self._filled if b > keep_from]
+
+    def _filled_in(self, a: int, b: int) -> int:
+        return sum(max(0, min(b, e) - max(a, s)) for s, e in self._filled) if self._filled else 0
+
+    def close(self) -> None:
+        self._buf = np.zeros((0, self.o.channels), dtype=self._dtype)
+        self._fill = 0
+        self._filled = []
+
+
+# --- binding a model's inputs to windows -----------------------------------------------------
+
+
+class _Binding:
+    """Which input gets the window, which get constants, and whether the model carries state.
+    Checked once, on construction."""
+
+    def __init__(self, model: "Model", opts: SignalStreamOptions, input_name: str | None, constants: Mapping[str, np.ndarray] | None) -> None:
+        self.model = model
+        specs = {s.name: s for s in model.inputs}
+        state_inputs = {p.input for p in model.manifest.state}
+        consts: dict[str, np.ndarray] = {}
+        for name, value in (constants or {}).items():
+            if name not in specs:
+                raise SignalConfigError(f"constants: model has no input {name!r}; its inputs are {list(specs)}")
+            if name in state_inputs:
+                raise SignalConfigError(f"constants: {name!r} is a state input, fed by the stream from the previous call")
+            try:
+                (arr,) = InputValidator([specs[name]])(value).values()
+            except InputError as e:
+                raise SignalConfigError(f"constants: {e}") from e
+            arr = arr.copy()
+            arr.setflags(write=False)
+            consts[name] = arr
+        free = [n for n in specs if n not in state_inputs and n not in consts]
+        if input_name is None:
+            if len(free) != 1:
+                raise SignalConfigError(
+                    f"the model's inputs other than state and constants are {free}; exactly one must take the signal "
+                    f"(pass input_name=..., and constants={{name: array}} for the others)"
+                )
+            input_name = free[0]
+        elif input_name not in free:
+            raise SignalConfigError(f"input_name {input_name!r} is not a free input of the model (free: {free}; state: {sorted(state_inputs)})")
+        else:
+            others = [n for n in free if n != input_name]
+            if others:
+                raise SignalConfigError(f"inputs {others} get neither the signal nor a constant; pass constants={{name: array}}")
+        spec = specs[input_name]
+        if np.dtype(spec.dtype) != np.dtype(opts.dtype):
+            raise SignalConfigError(f"options.dtype is {opts.dtype}, the model's input {input_name!r} takes {spec.dtype}")
+        try:
+            InputValidator([spec])(np.zeros(opts.window_shape(), dtype=opts.dtype))
+        except InputError as e:
+            raise SignalConfigError(
+                f"a window fed as layout {opts.layout!r} has shape {opts.window_shape()}, which the model's input does not take: {e}"
+            ) from e
+        self.input_name = input_name
+        self.constants = consts
+        self.stateful = bool(model.manifest.state)
+        self.max_batch = model._max_batch() if opts.layout.startswith("N") else 1
+
+    def feed(self, data: np.ndarray) -> dict[str, np.ndarray]:
+        f = dict(self.constants)
+        f[self.input_name] = data
+        return f
+
+
+def _results(frames: list[_Frame], results: list["Result"], stream_id: Hashable, duration_ms: float) -> list[WindowResult]:
+    return [WindowResult(stream_id, f.index, f.start_sample, f.timestamp_ms, duration_ms, f.epoch, f.filled, r) for f, r in zip(frames, results)]
+
+
+# --- one stream -------------------------------------------------------------------------------
+
+
+class SignalStream:
+    """One signal source over a model: windows, timestamps, policies, and its own model state.
+
+    ``push(samples, timestamp_ms)`` returns one :class:`WindowResult` per window completed by
+    the push, in order (an empty list when none is). ``reset()`` starts over (buffer, clock and
+    model state); ``close()`` frees the buffer and state and is safe to call twice. Thread-safe.
+
+    Raises on push: SignalDTypeError, SignalShapeError, NonFiniteSignalError, InputTypeError,
+    TimestampError / GapError (per policy), StreamClosedError; a refused push leaves the
+    stream as it was. Model errors (SessionError, ...) propagate.
+    """
+
+    def __init__(
+        self,
+        model: "Model",
+        options: SignalStreamOptions,
+        *,
+        stream_id: Hashable = None,
+        input_name: str | None = None,
+        constants: Mapping[str, np.ndarray] | None = None,
+        on_event: Callable[[StreamEvent], None] | None = None,
+        _binding: _Binding | None = None,
+    ) -> None:
+        if not isinstance(options, SignalStreamOptions):
+            raise SignalConfigError(f"options: expected SignalStreamOptions, got {type(options).__name__}")
+        self.options = options
+        self.stream_id = stream_id
+        self._b = _binding or _Binding(model, options, input_name, constants)
+        self._events: deque[StreamEvent] = deque(maxlen=options.max_events)
+        self._sink = on_event or self._events.append
+        self._framer = _Framer(options, stream_id, self._sink)
+        self._state = model.stream() if self._b.stateful else None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Free the buffer and the model state (the model stays open). Safe to call twice."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._framer.close()
+            self._state = None
+
+    def __enter__(self) -> "SignalStream":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        o = self.options
+        state = "closed" if self._closed else f"epoch {self._framer.epoch}"
+        return f"SignalStream({self.stream_id!r}, {o.sample_rate_hz:g} Hz, window {o.window}, hop {o.hop_samples}, {state})"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StreamClosedError(f"stream {self.stream_id!r} is closed")
+
+    # -- data -----------------------------------------------------------------------------
+
+    def push(self, samples: np.ndarray, timestamp_ms: float) -> list[WindowResult]:
+        """Add samples ([n] mono or [n, channels], ``options.dtype``) whose first sample is at
+        ``timestamp_ms``; run the model on every window they complete."""
+        with self._lock:
+            self._check_open()
+            plan = self._framer.push(samples, timestamp_ms)
+            return self._run(plan)
+
+    def _run(self, plan: _Plan) -> list[WindowResult]:
+        if plan.reset and self._state is not None:
+            self._state.reset()
+        if not plan.frames:
+            return []
+        b = self._b
+        if self._state is not None:
+            results = [self._state.predict(b.feed(f.data)) for f in plan.frames]
+        else:
+            results = [b.model.predict(b.feed(f.data)) for f in plan.frames]
+        return _results(plan.frames, results, self.stream_id, self.options.window_ms)
+
+    def reset(self) -> None:
+        """Drop buffered samples, forget the clock (the next push anchors it) and reset the model state."""
+        with self._lock:
+            self._check_open()
+            self._framer.restart()
+            if self._state is not None:
+                self._state.reset()
+            self._sink(StreamEvent("reset", "reset", self.stream_id, math.nan, 0, f"stream {self.stream_id!r}: reset() called"))
+
+    # -- inspection -------------------------------------------------------------------------
+
+    @property
+    def epoch(self) -> int:
+        return self._framer.epoch
+
+    @property
+    def buffered_samples(self) -> int:
+        """Samples waiting for the next window (never more than ``options.buffer_samples``)."""
+        return self._framer.buffered_samples
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the sample buffer (fixed by the options)."""
+        return self._framer.nbytes
+
+    @property
+    def stateful(self) -> bool:
+        """True when the model carries state between windows (manifest ``state`` pairs)."""
+        return self._b.stateful
+
+    @property
+    def input_name(self) -> str:
+        """The model input that gets the windows."""
+        return self._b.input_name
+
+    @property
+    def constants(self) -> dict[str, np.ndarray]:
+        """The constant inputs fed with every window (read-only copies)."""
+        return dict(self._b.constants)
+
+    def expected_timestamp_ms(self) -> float | None:
+        return self._framer.expected_timestamp_ms()
+
+    @property
+    def events(self) -> tuple[StreamEvent, ...]:
+        """Recent events, oldest first (at most ``options.max_events``; empty with ``on_event``)."""
+        return tuple(self._events)
+
+    def pop_events(self) -> list[StreamEvent]:
+        """Recent events, oldest first, and forget them."""
+        out = list(self._events)
+        self._events.clear()
+        return out
+
+
+# --- many streams -------------------------------------------------------------------------------
+
+
+class _Pending(NamedTuple):
+    stream_id: Hashable
+    frame: _Frame
+    enqueued_s: float
+
+
+class StreamRouter:
+    """Streams keyed by id, each with its own buffer, clock and model state.
+
+    ``push(stream_id, samples, timestamp_ms)`` opens the stream on first use. At most
+    ``max_streams`` are open: opening one more closes the least recently pushed
+    (``eviction="lru"``, recorded as an "evicted" event) or raises StreamLimitError
+    (``eviction="error"``). ``close(id)`` frees a stream; a later push with the same id starts
+    a fresh stream (new state, new clock). Memory is bounded by ``max_streams`` x the
+    per-stream buffer (``options.buffer_samples``) + ``batch_size`` pending windows.
+
+    Batching (stateless models only, the model's batch dim dynamic): with ``batch_size`` > 1
+    windows of any streams wait in one queue and run as one ``predict_batch`` call when
+    ``batch_size`` are queued, or once the oldest has waited ``max_wait_ms`` (checked on every
+    ``push`` and ``poll``); ``flush()`` runs them now. Results are then returned by whichever
+    call ran them, so each carries its ``stream_id``; per stream they stay in order and are
+    the same as unbatched. Thread-safe (one lock: model calls are serialised).
+    """
+
+    def __init__(
+        self,
+        model: "Model",
+        options: SignalStreamOptions,
+        max_streams: int = 64,
+        *,
+        eviction: str = "lru",
+        input_name: str | None = None,
+        constants: Mapping[str, np.ndarray] | None = None,
+        batch_size: int = 1,
+        max_wait_ms: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not isinstance(options, SignalStreamOptions):
+            raise SignalConfigError(f"options: expected SignalStreamOptions, got {type(options).__name__}")
+        _pos_int("max_streams", max_streams)
+        _pos_int("batch_size", batch_size)
+        _number("max_wait_ms", max_wait_ms, positive=False)
+        if eviction not in EVICTIONS:
+            raise SignalConfigError(f"eviction: expected one of {EVICTIONS}, got {eviction!r}")
+        self._b = _Binding(model, options, input_name, constants)
+        if batch_size > 1:
+            if self._b.stateful:
+                raise SignalConfigError(
+                    f"batch_size={batch_size}: batching across streams needs a stateless model; "
+                    f"{model.manifest.name} carries state per stream (use batch_size=1)"
+                )
+            if self._b.max_batch < batch_size:
+                raise SignalConfigError(
+                    f"batch_size={batch_size}: the model's input {self._b.input_name!r} takes batches of at most {self._b.max_batch} "
+                    f"(layout {options.layout!r}; a batch needs a leading dynamic batch dim)"
+                )
+        self.model = model
+        self.options = options
+        self.max_streams = max_streams
+        self.eviction = eviction
+        self.batch_size = batch_size
+        self.max_wait_ms = float(max_wait_ms)
+        self._clock = clock
+        self._streams: OrderedDict[Hashable, SignalStream] = OrderedDict()
+        self._pending: list[_Pending] = []
+        self._events: deque[StreamEvent] = deque(maxlen=options.max_events)
+        self._lock = threading.RLock()
+        self._closed = False
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._streams)
+
+    def __contains__(self, stream_id: object) -> bool:
+        return stream_id in self._streams
+
+    @property
+    def stream_ids(self) -> tuple[Hashable, ...]:
+        """Open stream ids, least recently pushed first."""
+        return tuple(self._streams)
+
+    @property
+    def pending(self) -> int:
+        """Windows queued for the next batch (always < batch_size after a call returns)."""
+        return len(self._pending)
+
+    def stream(self, stream_id: Hashable) -> SignalStream:
+        """The open stream for ``stream_id`` (KeyError if none)."""
+        return self._streams[stream_id]
+
+    def open(self, stream_id: Hashable) -> SignalStream:
+        """Open ``stream_id`` explicitly; DuplicateStreamError if it is open already."""
+        with self._lock:
+            self._check_open()
+            if _hashable(stream_id) in self._streams:
+                raise DuplicateStreamError(f"stream {stream_id!r} is already open; close() it first to start it over")
+            return self._open(stream_id)
+
+    def _open(self, stream_id: Hashable) -> SignalStream:
+        if len(self._streams) >= self.max_streams:
+            if self.eviction == "error":
+                raise StreamLimitError(
+                    f"{len(self._streams)} streams open, max_streams={self.max_streams}; close() one first "
+                    f"(or use eviction='lru') before opening {stream_id!r}"
+                )
+            old_id, old = self._streams.popitem(last=False)
+            old.close()
+            self._events.append(
+                StreamEvent("evicted", "close", old_id, math.nan, 0, f"stream {old_id!r} closed to open {stream_id!r} (max_streams={self.max_streams}, least recently pushed)")
+            )
+        s = SignalStream(self.model, self.options, stream_id=stream_id, on_event=self._events.append, _binding=self._b)
+        self._streams[stream_id] = s
+        return s
+
+    def close(self, stream_id: Hashable) -> list[WindowResult]:
+        """Close one stream (unknown ids are ignored). Runs windows still queued for a batch
+        (of every stream) and returns their results."""
+        with self._lock:
+            out = self._flush() if self._pending else []
+            s = self._streams.pop(_hashable(stream_id), None)
+            if s is not None:
+                s.close()
+            return out
+
+    def reset(self, stream_id: Hashable) -> None:
+        """Reset one open stream (buffer, clock, model state)."""
+        with self._lock:
+            self._check_open()
+            self._streams[stream_id].reset()
+
+    def close_all(self) -> list[WindowResult]:
+        """Run queued windows, then close every stream. The router stays usable."""
+        with self._lock:
+            out = self._flush() if self._pending else []
+            for s in self._streams.values():
+                s.close()
+            self._streams.clear()
+            return out
+
+    def shutdown(self) -> list[WindowResult]:
+        """close_all() and refuse further pushes. Safe to call twice (the model stays open)."""
+        with self._lock:
+            if self._closed:
+                return []
+            out = self.close_all()
+            self._closed = True
+            return out
+
+    def __enter__(self) -> "StreamRouter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StreamClosedError("stream router is shut down")
+
+    # -- data -----------------------------------------------------------------------------
+
+    def push(self, stream_id: Hashable, samples: np.ndarray, timestamp_ms: float) -> list[WindowResult]:
+        """Push to ``stream_id`` (opened on first use). Unbatched: this stream's windows.
+        Batched: the results of every batch this call ran, of any stream."""
+        with self._lock:
+            self._check_open()
+            s = self._streams.get(_hashable(stream_id))
+            if s is None:
+                s = self._open(stream_id)
+            else:
+                self._streams.move_to_end(stream_id)
+            if self.batch_size == 1:
+                return s.push(samples, timestamp_ms)
+            with s._lock:
+                plan = s._framer.push(samples, timestamp_ms)
+            now = self._clock()
+            out: list[WindowResult] = []
+            for f in plan.frames:
+                self._pending.append(_Pending(stream_id, f, now))
+                if len(self._pending) >= self.batch_size:
+                    out += self._flush()
+            out += self._poll()
+            return out
+
+    def poll(self) -> list[WindowResult]:
+        """Run the queued windows if the oldest has waited ``max_wait_ms``; else nothing."""
+        with self._lock:
+            return self._poll()
+
+    def flush(self) -> list[WindowResult]:
+        """Run every queued window now."""
+        with self._lock:
+            return self._flush() if self._pending else []
+
+    def _poll(self) -> list[WindowResult]:
+        if self._pending and (self._clock() - self._pending[0].enqueued_s) * 1000.0 >= self.max_wait_ms:
+            return self._flush()
+        return []
+
+    def _flush(self) -> list[WindowResult]:
+        batch, self._pending = self._pending, []
+        b = self._b
+        results = self.model.predict_batch([b.feed(p.frame.data) for p in batch])
+        dur = self.options.window_ms
+        return [
+            WindowResult(p.stream_id, p.frame.index, p.frame.start_sample, p.frame.timestamp_ms, dur, p.frame.epoch, p.frame.filled, r)
+            for p, r in zip(batch, results)
+        ]
+
+    # -- events -----------------------------------------------------------------------------
+
+    @property
+    def events(self) -> tuple[StreamEvent, ...]:
+        return tuple(self._events)
+
+    def pop_events(self) -> list[StreamEvent]:
+        """Events of every stream (and evictions), oldest first, and forget them
+        (at most ``options.max_events`` are kept)."""
+        with self._lock:
+            out = list(self._events)
+            self._events.clear()
+            return out
+
+
+def _hashable(stream_id: Any) -> Hashable:
+    try:
+        hash(stream_id)
+    except TypeError:
+        raise InputTypeError(f"stream_id must be hashable (str, int, tuple ...), got {type(stream_id).__name__}") from None
+    return stream_id

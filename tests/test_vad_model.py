@@ -1,0 +1,465 @@
+"""Silero VAD (pinned out of the silero-vad wheel) as an edge_sdk package, run through
+edge_sdk.streams on real synthesized speech.
+
+Needs the network once (pip download of the pinned wheel; then the normal cache) and the
+``espeak-ng`` program (Debian/Ubuntu: ``apt-get install -y espeak-ng``). Neither is skipped
+when missing: the tests FAIL and say what to install.
+
+The measuring code (:func:`measure_vad_throughput`) is importable and runnable on its own::
+
+    python tests/test_vad_model.py [--streams N] [--seconds S]
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import wave
+from typing import Any, NamedTuple
+
+import numpy as np
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from edge_sdk.streams import SignalStream, SignalStreamOptions, StreamRouter  # noqa: E402
+from tools import fetch_pretrained as fp  # noqa: E402
+
+VAD = "silero-vad-16k"
+VAD_SHA256 = "7ed98ddbad84ccac4cd0aeb3099049280713df825c610a8ed34543318f1b2c49"
+VAD_WHEEL_SHA256 = "7b7f5436cfcb02fae583a05b512ea96467fd449fe54cb49a5e4f06c51a1e43b8"
+SR = 16000
+HOP = 512  # 32 ms of new audio per call
+CONTEXT = 64  # Silero v5/v6 take the previous call's last 64 samples in front of the new 512
+# window 576 = 64 context + 512 new, every 512; 64 zeros before the first window, as Silero's
+# own OnnxWrapper does. (A plain 512-sample window without the context gives ~0 everywhere.)
+VAD_OPTIONS = SignalStreamOptions(sample_rate_hz=SR, window=HOP + CONTEXT, hop=HOP, prefill=CONTEXT)
+VAD_CONSTANTS = {"sr": np.array(SR, np.int64)}
+TEXTS = ("The quick brown fox jumps over the lazy dog", "Edge devices listen for speech all day long")
+
+
+# --- the package -------------------------------------------------------------------------
+
+
+def vad_manifest(file: str = "silero_vad.onnx") -> dict[str, Any]:
+    """One stream per call (batch 1): the state pair carries the LSTM state, ``sr`` is a constant."""
+    return {
+        "schema": 1,
+        "name": "silero-vad",
+        "version": "6.2.3",
+        "task": "audio",
+        "description": "Silero VAD v6, 16 kHz: speech probability per 32 ms (512 new samples + 64 of context)",
+        "inputs": [
+            {"name": "input", "dtype": "float32", "shape": [1, HOP + CONTEXT]},
+            {"name": "state", "dtype": "float32", "shape": [2, 1, 128]},
+            {"name": "sr", "dtype": "int64", "shape": []},
+        ],
+        "outputs": [
+            {"name": "output", "dtype": "float32", "shape": [1, 1]},
+            {"name": "stateN", "dtype": "float32", "shape": [2, 1, 128]},
+        ],
+        "state": [{"input": "state", "output": "stateN", "initial": 0.0}],
+        "variants": [{"id": "fp32-onnx", "file": file, "backend": "onnxruntime", "precision": "fp32"}],
+    }
+
+
+def build_vad_package(folder: pathlib.Path, model_file: pathlib.Path) -> pathlib.Path:
+    from converters.packaging import write_package
+
+    write_package(folder, vad_manifest(), {"silero_vad.onnx": model_file})
+    return folder
+
+
+def load_vad(folder: pathlib.Path, cache_dir: pathlib.Path, threads: int = 1):
+    import edge_sdk
+
+    return edge_sdk.load(folder, "generic-x86_64", threads=threads, cache_dir=cache_dir)
+
+
+# --- speech --------------------------------------------------------------------------------
+
+
+def espeak(text: str, out: pathlib.Path) -> None:
+    exe = shutil.which("espeak-ng")
+    if exe is None:
+        pytest.fail(
+            "espeak-ng is not installed: these tests synthesize real speech with it. "
+            "Install it (Debian/Ubuntu: `apt-get update && apt-get install -y espeak-ng`)",
+            pytrace=False,
+        )
+    subprocess.run([exe, "-v", "en", "-s", "150", "-w", str(out), text], check=True, capture_output=True, timeout=60)
+
+
+def read_wav(path: pathlib.Path) -> tuple[np.ndarray, int]:
+    with wave.open(str(path)) as w:
+        assert w.getsampwidth() == 2 and w.getnchannels() == 1, (w.getsampwidth(), w.getnchannels())
+        sr = w.getframerate()
+        x = np.frombuffer(w.readframes(w.getnframes()), np.int16).astype(np.float64) / 32768.0
+    return x, sr
+
+
+def resample(x: np.ndarray, sr_in: int, sr_out: int, half: int = 24, beta: float = 8.0) -> np.ndarray:
+    """Band-limited resampling with a Kaiser-windowed sinc (numpy only; no scipy needed).
+    Each output sample is a 2*half-tap weighted sum around its position in the input,
+    low-passed at 0.95 of the lower Nyquist. Output n sits at input position n*down/up
+    (up/down = sr_out/sr_in in lowest terms), so there are only ``up`` distinct filters."""
+    if sr_in == sr_out:
+        return x.copy()
+    g = math.gcd(sr_in, sr_out)
+    up, down = sr_out // g, sr_in // g
+    cutoff = 0.95 * min(1.0, sr_out / sr_in)
+    taps = np.arange(-half + 1, half + 1)
+    d = (np.arange(up) * down % up / up)[:, None] - taps[None, :]  # [phase, tap]: position - tap
+    win = np.i0(beta * np.sqrt(np.clip(1.0 - (d / half) ** 2, 0.0, None))) / np.i0(beta)
+    h = cutoff * np.sinc(cutoff * d) * win
+    n = np.arange(len(x) * sr_out // sr_in)
+    base, phase = n * down // up, n % up
+    xp = np.concatenate([np.zeros(half), x, np.zeros(half + 1)])
+    return np.einsum("nt,nt->n", xp[base[:, None] + taps[None, :] + half], h[phase])
+
+
+def trim(x: np.ndarray, threshold: float = 0.01) -> np.ndarray:
+    """Cut espeak's leading and trailing silence, so the speech boundaries are known."""
+    idx = np.nonzero(np.abs(x) > threshold)[0]
+    return x[idx[0] : idx[-1] + 1]
+
+
+@functools.lru_cache(maxsize=None)
+def utterances() -> tuple[np.ndarray, ...]:
+    """Each of TEXTS spoken by espeak-ng, resampled to 16 kHz, trimmed (float64, read-only)."""
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, text in enumerate(TEXTS):
+            path = pathlib.Path(tmp) / f"u{i}.wav"
+            espeak(text, path)
+            x, sr = read_wav(path)
+            y = trim(resample(x, sr, SR))
+            y.setflags(write=False)
+            out.append(y)
+    return tuple(out)
+
+
+class Mix(NamedTuple):
+    audio: np.ndarray  # float32 [n] at 16 kHz
+    speech_ms: tuple[tuple[float, float], ...]  # (start, end) of each utterance
+
+
+def mix(parts: list[float | int], noise: float = 0.002, gain: float = 1.0, seed: int = 0) -> Mix:
+    """Silence (a float: seconds) and utterances (an int: index into TEXTS), in order, plus
+    Gaussian noise of standard deviation ``noise``."""
+    speech = utterances()
+    chunks, truth, t = [], [], 0
+    for p in parts:
+        if isinstance(p, float):
+            chunks.append(np.zeros(int(round(p * SR))))
+        else:
+            chunks.append(speech[p] * gain)
+            truth.append((t * 1000.0 / SR, (t + len(speech[p])) * 1000.0 / SR))
+        t += len(chunks[-1])
+    x = np.concatenate(chunks)
+    x = x + np.random.default_rng(seed).normal(0.0, noise, len(x))
+    return Mix(x.astype(np.float32), tuple(truth))
+
+
+def standard_mix() -> Mix:
+    """1.0 s silence, speech, 1.5 s silence, speech, 1.0 s silence, low noise."""
+    return mix([1.0, 0, 1.5, 1, 1.0])
+
+
+# --- a hysteresis segmenter --------------------------------------------------------------
+
+
+class HysteresisSegmenter:
+    """Speech segments from per-window probabilities: speech starts at a window >= threshold,
+    ends once probabilities stay < neg_threshold for min_silence_ms; segments shorter than
+    min_speech_ms are dropped (Silero's get_speech_timestamps uses the same rules)."""
+
+    def __init__(self, threshold: float = 0.5, neg_threshold: float = 0.35, min_speech_ms: float = 250.0, min_silence_ms: float = 300.0):
+        self.threshold, self.neg_threshold = threshold, neg_threshold
+        self.min_speech_ms, self.min_silence_ms = min_speech_ms, min_silence_ms
+        self.reset()
+
+    def reset(self) -> None:
+        self._start: float | None = None
+        self._silence: float | None = None
+        self._last_end = 0.0
+
+    def update(self, prob: float, start_ms: float, end_ms: float) -> list[tuple[float, float]]:
+        """Feed one window's probability and the span of its new samples; returns closed segments."""
+        self._last_end = end_ms
+        if self._start is None:
+            if prob >= self.threshold:
+                self._start, self._silence = start_ms, None
+            return []
+        if prob >= self.neg_threshold:
+            self._silence = None
+            return []
+        if self._silence is None:
+            self._silence = start_ms
+        if end_ms - self._silence >= self.min_silence_ms:
+            return self._close(self._silence)
+        return []
+
+    def finish(self) -> list[tuple[float, float]]:
+        return self._close(self._silence if self._silence is not None else self._last_end) if self._start is not None else []
+
+    def _close(self, end: float) -> list[tuple[float, float]]:
+        start, self._start, self._silence = self._start, None, None
+        assert start is not None
+        return [(start, end)] if end - start >= self.min_speech_ms else []
+
+
+def new_audio_span(w) -> tuple[float, float]:
+    """The span of a VAD window's 512 new samples (its first 64 are the previous call's)."""
+    return w.timestamp_ms + CONTEXT * 1000.0 / SR, w.end_ms
+
+
+def segments(results) -> list[tuple[float, float]]:
+    seg = HysteresisSegmenter()
+    out = []
+    for w in results:
+        out += seg.update(float(w.outputs["output"][0, 0]), *new_audio_span(w))
+    return out + seg.finish()
+
+
+def reference_probs(model_file: pathlib.Path, audio: np.ndarray) -> np.ndarray:
+    """Silero's own OnnxWrapper loop (silero_vad/utils_vad.py), in numpy on plain ORT."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(str(model_file), so, providers=["CPUExecutionProvider"])
+    state = np.zeros((2, 1, 128), np.float32)
+    context = np.zeros((1, CONTEXT), np.float32)
+    probs = []
+    for i in range(0, len(audio) - HOP + 1, HOP):
+        x = np.concatenate([context, audio[None, i : i + HOP]], axis=1)
+        out, state = sess.run(None, {"input": x, "state": state, "sr": np.array(SR, np.int64)})
+        context = x[:, -CONTEXT:]
+        probs.append(out[0, 0])
+    return np.array(probs, np.float32)
+
+
+# --- throughput --------------------------------------------------------------------------
+
+
+def measure_vad_throughput(model, n_streams: int = 32, seconds: float = 2.0, audio: np.ndarray | None = None) -> dict[str, float]:
+    """Serve ``n_streams`` 16 kHz streams through one StreamRouter, one 32 ms chunk per stream
+    per round, as fast as possible on the calling thread (load the model with threads=1 to
+    measure one core). Returns per-chunk push latency p50/p99/max (ms), CPU ms per chunk,
+    and how many streams one core serves in real time (32 ms / CPU ms per chunk)."""
+    if audio is None:
+        audio = standard_mix().audio
+    rounds = max(1, int(seconds * SR) // HOP)
+    router = StreamRouter(model, VAD_OPTIONS, max_streams=n_streams, constants=VAD_CONSTANTS)
+    offsets = [(i * 7919 * HOP) % max(HOP, len(audio) - HOP) for i in range(n_streams)]
+    # warm up each stream once (state allocation, first-call costs)
+    for s in range(n_streams):
+        router.push(s, audio[offsets[s] : offsets[s] + HOP], 0.0)
+    lat = np.empty(rounds * n_streams)
+    k = 0
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    for r in range(1, rounds + 1):
+        for s in range(n_streams):
+            a = (offsets[s] + r * HOP) % (len(audio) - HOP)
+            chunk = audio[a : a + HOP]
+            t = time.perf_counter_ns()
+            router.push(s, chunk, r * 32.0)
+            lat[k] = (time.perf_counter_ns() - t) * 1e-6
+            k += 1
+    cpu_ms = (time.process_time() - cpu0) * 1000.0
+    wall_ms = (time.perf_counter() - wall0) * 1000.0
+    router.shutdown()
+    per_chunk_cpu = cpu_ms / k
+    return {
+        "streams": n_streams,
+        "chunks": k,
+        "p50_ms": float(np.percentile(lat, 50)),
+        "p99_ms": float(np.percentile(lat, 99)),
+        "max_ms": float(lat.max()),
+        "cpu_ms_per_chunk": per_chunk_cpu,
+        "wall_ms_per_chunk": wall_ms / k,
+        "streams_per_core_realtime": HOP * 1000.0 / SR / per_chunk_cpu,
+    }
+
+
+def measure_raw_ort(model_file: pathlib.Path, chunks: int = 2000) -> float:
+    """ms per call of the bare ORT session (1 thread), for the SDK's overhead."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(str(model_file), so, providers=["CPUExecutionProvider"])
+    feeds = {"input": np.zeros((1, HOP + CONTEXT), np.float32), "state": np.zeros((2, 1, 128), np.float32), "sr": np.array(SR, np.int64)}
+    for _ in range(20):
+        sess.run(None, feeds)
+    t = time.perf_counter()
+    for _ in range(chunks):
+        sess.run(None, feeds)
+    return (time.perf_counter() - t) * 1000.0 / chunks
+
+
+# --- fixtures --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def vad_file() -> pathlib.Path:
+    return fp.fetch(VAD)  # the normal cache: instant once fetched
+
+
+@pytest.fixture(scope="module")
+def vad_model(vad_file, tmp_path_factory):
+    pkg = build_vad_package(tmp_path_factory.mktemp("vad") / "pkg", vad_file)
+    with load_vad(pkg, tmp_path_factory.mktemp("vad-cache")) as m:
+        yield m
+
+
+@pytest.fixture(scope="module")
+def speech() -> Mix:
+    return standard_mix()
+
+
+# --- the pin -----------------------------------------------------------------------------------
+
+
+def test_table_pins_silero_vad():
+    spec = fp.MODELS[VAD]
+    assert (spec.package, spec.version) == ("silero-vad", "6.2.3")
+    assert spec.member == "silero_vad/data/silero_vad_16k_op15.onnx"
+    assert (spec.sha256, spec.size) == (VAD_SHA256, 1_289_603)
+    assert (spec.wheel_sha256, spec.wheel_size) == (VAD_WHEEL_SHA256, 11_317_527)
+    assert spec.pure and spec.format == "onnx" and spec.filename == f"{VAD_SHA256}.onnx"
+    assert spec.license == "MIT"
+    cmd = fp._pip_command(spec, pathlib.Path("/tmp"))
+    assert cmd[-1] == "silero-vad==6.2.3" and "--platform" not in cmd
+    # The other entries are untouched.
+    assert {"mediapipe-face-detection-short-range", "ppocr-v4-text-detection"} <= set(fp.MODELS)
+
+
+def test_fetched_file_is_the_pinned_model(vad_file):
+    import onnx
+    import onnxruntime as ort
+
+    assert vad_file.name == f"{VAD_SHA256}.onnx"
+    assert hashlib.sha256(vad_file.read_bytes()).hexdigest() == VAD_SHA256
+    m = onnx.load(str(vad_file))
+    assert (m.ir_version, [(o.domain, o.version) for o in m.opset_import]) == (8, [("", 15)])
+    sess = ort.InferenceSession(str(vad_file), providers=["CPUExecutionProvider"])
+    assert [(i.name, tuple(i.shape), i.type) for i in sess.get_inputs()] == [
+        ("input", ("batch", "sequence"), "tensor(float)"),
+        ("state", (2, "batch", 128), "tensor(float)"),
+        ("sr", (), "tensor(int64)"),
+    ]
+    assert [o.name for o in sess.get_outputs()] == ["output", "stateN"]
+
+
+def test_package_declares_state_pair_and_constant(vad_model):
+    man = vad_model.manifest
+    assert [(p.input, p.output, p.initial) for p in man.state] == [("state", "stateN", 0.0)]
+    assert [(s.name, s.shape) for s in vad_model.inputs] == [("input", (1, 576)), ("state", (2, 1, 128)), ("sr", ())]
+    # The SDK's validator wants every non-state input, the rank-0 ``sr`` too: the stream feeds it.
+    st = vad_model.stream()
+    from edge_sdk.errors import MissingInputError
+
+    with pytest.raises(MissingInputError, match="missing input 'sr'"):
+        st.predict({"input": np.zeros((1, 576), np.float32)})
+
+
+# --- the model through SignalStream -----------------------------------------------------------
+
+
+def test_stream_equals_silero_reference_loop(vad_model, vad_file, speech):
+    """SignalStream (window 576, hop 512, prefill 64) is Silero's own chunking, call for call."""
+    with SignalStream(vad_model, VAD_OPTIONS, constants=VAD_CONSTANTS) as st:
+        rng = np.random.default_rng(1)
+        got, pos = [], 0
+        while pos < len(speech.audio):  # chunks of random sizes: the framing must not depend on them
+            n = int(rng.integers(1, 3000))
+            got += st.push(speech.audio[pos : pos + n], pos * 1000.0 / SR)
+            pos += n
+    ref = reference_probs(vad_file, speech.audio)
+    probs = np.array([w.outputs["output"][0, 0] for w in got], np.float32)
+    assert len(probs) == len(ref) == len(speech.audio) // HOP
+    assert [w.start_sample for w in got[:3]] == [-64, 448, 960]
+    assert got[1].timestamp_ms == pytest.approx(28.0)  # (512 - 64) / 16 kHz
+    np.testing.assert_allclose(probs, ref, rtol=0, atol=1e-5)
+
+
+def test_vad_finds_speech_where_it_is(vad_model, speech):
+    with SignalStream(vad_model, VAD_OPTIONS, constants=VAD_CONSTANTS) as st:
+        results = st.push(speech.audio, 0.0)
+    probs = np.array([w.outputs["output"][0, 0] for w in results])
+    found = segments(results)
+    assert len(found) == len(speech.speech_ms) == 2, (found, speech.speech_ms)
+    for (s0, e0), (s1, e1) in zip(found, speech.speech_ms):
+        assert abs(s0 - s1) <= 150 and abs(e0 - e1) <= 150, (found, speech.speech_ms)
+    # Silence windows (with noise) are confidently not speech.
+    starts = np.array([new_audio_span(w)[0] for w in results])
+    silent = (starts + 32 < speech.speech_ms[0][0] - 100) | ((starts > speech.speech_ms[0][1] + 300) & (starts + 32 < speech.speech_ms[1][0] - 100))
+    assert probs[silent].max() < 0.2
+
+
+def test_vad_quiet_on_noise_only(vad_model):
+    noise = (np.random.default_rng(3).normal(0, 0.01, 5 * SR)).astype(np.float32)
+    with SignalStream(vad_model, VAD_OPTIONS, constants=VAD_CONSTANTS) as st:
+        results = st.push(noise, 0.0)
+    assert segments(results) == []
+
+
+def test_gap_resets_vad_state_mid_speech(vad_model, speech):
+    """A gap (reset policy) mid-utterance restarts state; results after it equal a fresh stream."""
+    a = speech.audio
+    cut = 40 * HOP  # inside the first utterance
+    with SignalStream(vad_model, VAD_OPTIONS, constants=VAD_CONSTANTS) as st, SignalStream(
+        vad_model, VAD_OPTIONS, constants=VAD_CONSTANTS
+    ) as fresh:
+        st.push(a[:cut], 0.0)
+        after = st.push(a[cut:], cut * 1000.0 / SR + 500.0)  # 500 ms missing
+        ref = fresh.push(a[cut:], 0.0)
+        (ev,) = st.pop_events()
+    assert (ev.kind, ev.action, ev.samples) == ("gap", "reset", 8000)
+    assert [w.outputs["output"].tobytes() for w in after] == [w.outputs["output"].tobytes() for w in ref]
+    assert {w.epoch for w in after} == {1}
+
+
+def test_resampler_keeps_the_band_and_removes_aliases():
+    t = np.arange(22050) / 22050
+    amp = {f: np.sqrt(2 * np.mean(resample(np.sin(2 * np.pi * f * t), 22050, SR)[200:-200] ** 2)) for f in (300, 1000, 5000, 9000, 10500)}
+    assert all(abs(amp[f] - 1) < 1e-3 for f in (300, 1000, 5000)), amp  # speech band intact
+    assert amp[9000] < 1e-3 and amp[10500] < 1e-3, amp  # above 8 kHz would alias: removed
+    assert len(resample(np.zeros(22050), 22050, SR)) == SR
+
+
+def test_measure_vad_throughput_smoke(vad_model):
+    m = measure_vad_throughput(vad_model, n_streams=4, seconds=0.5)
+    assert m["chunks"] == 4 * (8000 // HOP)
+    assert 0 < m["p50_ms"] <= m["p99_ms"] <= m["max_ms"]
+    # Far below real time would mean something is badly wrong (one chunk is 32 ms of audio).
+    assert m["streams_per_core_realtime"] > 4
+
+
+if __name__ == "__main__":  # python tests/test_vad_model.py [--streams N] [--seconds S]
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(description="Silero VAD through edge_sdk.streams: streams per core, per-chunk latency")
+    ap.add_argument("--streams", type=int, nargs="+", default=[1, 16, 64, 256])
+    ap.add_argument("--seconds", type=float, default=3.0)
+    args = ap.parse_args()
+    path = fp.fetch(VAD)
+    with tempfile.TemporaryDirectory() as tmp:
+        pkg = build_vad_package(pathlib.Path(tmp) / "pkg", path)
+        with load_vad(pkg, pathlib.Path(tmp) / "cache") as model:
+            print(json.dumps({"raw_ort_ms_per_call": round(measure_raw_ort(path), 4)}))
+            for n in args.streams:
+                r = measure_vad_throughput(model, n_streams=n, seconds=args.seconds)
+                print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}))
