@@ -242,7 +242,7 @@ class Model:
     def predict_image(self, image: np.ndarray | str | Path, *, color: str = "RGB", top_k: int | None = None) -> Result:
         """Run on an image (HxWx3 uint8 array in ``color`` order, or a file path),
         preprocessed as the manifest declares (resize, colour, mean/std, layout, dtype)."""
-        from .processing.image import load_image, preprocess_image
+        from .processing.image import load_image_bgr, preprocess_image
 
         if self._image_spec is None:
             raise ImageError(f"model {self.manifest.name} declares no image input; use predict() with tensors")
@@ -250,8 +250,8 @@ class Model:
             raise ImageError("predict_image supports models with one (non-state) input")
         t0 = time.perf_counter_ns()
         if isinstance(image, (str, Path)):
-            image = load_image(image)
-            color = "RGB"
+            image = load_image_bgr(image)  # no full-frame channel swap: preprocessing swaps the small image
+            color = "BGR"
         x, tf = preprocess_image(image, self._image_spec, color=color)
         t1 = time.perf_counter_ns()
         # Made from uint8 pixels and finite constants: finite in float32/64; the scan
