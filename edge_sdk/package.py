@@ -403,11 +403,16 @@ def _thaw(v: Any) -> Any:
 
 @dataclass(frozen=True)
 class StatePair:
-    """For streaming models: ``output`` of one call feeds ``input`` of the next."""
+    """For streaming models: ``output`` of one call feeds ``input`` of the next.
+
+    ``batch_axis``: the axis of the state tensors that holds one row per stream (Silero
+    VAD's state ``[2, batch, 128]``: 1), so several streams can share one call; ``None``
+    (the default): the state cannot be batched across streams."""
 
     input: str
     output: str
     initial: float = 0.0
+    batch_axis: int | None = None
 
 
 @dataclass(frozen=True)
@@ -690,8 +695,15 @@ class Manifest:
         for i, s in enumerate(_opt(d, "state", list, w, [])):
             ws = f"{w}.state[{i}]"
             s = _typed(s, dict, ws)
-            _no_unknown(s, ("input", "output", "initial"), ws)
-            state.append(StatePair(_req(s, "input", str, ws), _req(s, "output", str, ws), float(_opt(s, "initial", (int, float), ws, 0.0))))
+            _no_unknown(s, ("input", "output", "initial", "batch_axis"), ws)
+            state.append(
+                StatePair(
+                    _req(s, "input", str, ws),
+                    _req(s, "output", str, ws),
+                    float(_opt(s, "initial", (int, float), ws, 0.0)),
+                    _opt(s, "batch_axis", int, ws),
+                )
+            )
         m = cls(
             name=_req(d, "name", str, w),
             version=_req(d, "version", str, w),
@@ -750,6 +762,14 @@ class Manifest:
                 raise ManifestError(
                     f"{w}.state: {s.input} ({a.dtype}, rank {len(a.shape)}) and {s.output} ({b.dtype}, rank {len(b.shape)}) must match"
                 )
+            if s.batch_axis is not None:
+                for v in self.variants:
+                    rank = next(t for t in self.inputs_for(v) if t.name == s.input).rank
+                    if not 0 <= s.batch_axis < rank:
+                        raise ManifestError(
+                            f"{w}.state: pair {s.input}<-{s.output}: batch_axis must be in [0, {rank}) (the rank of {s.input!r}"
+                            f"{'' if v.inputs is None else f' in variant {v.id}'}), got {s.batch_axis}"
+                        )
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -766,7 +786,10 @@ class Manifest:
         d["inputs"] = [t.to_dict() for t in self.inputs]
         d["outputs"] = [t.to_dict() for t in self.outputs]
         if self.state:
-            d["state"] = [{"input": s.input, "output": s.output, "initial": s.initial} for s in self.state]
+            d["state"] = [
+                {"input": s.input, "output": s.output, "initial": s.initial, **({} if s.batch_axis is None else {"batch_axis": s.batch_axis})}
+                for s in self.state
+            ]
         d["variants"] = [v.to_dict() for v in self.variants]
         return d
 

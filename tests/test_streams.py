@@ -2,8 +2,10 @@
 
 Tiny models built here make results exact: ``identity`` returns the window it got,
 ``accumulator`` (stateful) returns the running sum of every sample it was fed, ``energy``
-(stateless, dynamic batch) returns the mean square of each window. The real model (Silero
-VAD on espeak-ng speech) proves state isolation across 50 interleaved streams.
+(stateless, dynamic batch) returns the mean square of each window, ``batched_accumulator``
+(stateful, dynamic batch, state batched on axis 1, a scalar constant) returns gain x the
+running sum and counts its windows. The real model (Silero VAD on espeak-ng speech) proves
+state isolation across 50+ interleaved streams, unbatched and batched.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from edge_sdk.streams import (
     StreamRouter,
     TimestampError,
 )
+from edge_sdk.streams.signal import StreamRouterOwnedError
 
 SR = 1000  # 1 sample per ms keeps the timestamp arithmetic readable
 
@@ -98,22 +101,77 @@ def accumulator_model(tmp: Path, window: int):
     )
 
 
-def energy_model(tmp: Path, window: int, max_batch: int = 8):
-    """Stateless, dynamic batch in [1, max_batch]: y[b] = mean(x[b]**2)."""
+def energy_model(tmp: Path, window: int, max_batch: int = 8, gain: bool = False):
+    """Stateless, dynamic batch in [1, max_batch]: y[b] = mean(x[b]**2), times a rank-0
+    input ``gain`` with ``gain=True``."""
     from onnx import TensorProto, helper
 
-    onx = _onnx(
-        [helper.make_node("Mul", ["x", "x"], ["sq"]), helper.make_node("ReduceMean", ["sq"], ["y"], axes=[1], keepdims=1)],
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", window])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 1])],
+    nodes = [helper.make_node("Mul", ["x", "x"], ["sq"]), helper.make_node("ReduceMean", ["sq"], ["m" if gain else "y"], axes=[1], keepdims=1)]
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", window])]
+    specs = [{"name": "x", "dtype": "float32", "shape": ["batch", window], "dims": {"batch": [1, max_batch]}}]
+    if gain:
+        nodes.append(helper.make_node("Mul", ["m", "gain"], ["y"]))
+        ins.append(helper.make_tensor_value_info("gain", TensorProto.FLOAT, []))
+        specs.append({"name": "gain", "dtype": "float32", "shape": []})
+    onx = _onnx(nodes, ins, [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 1])])
+    return _package(tmp, f"energy{window}{'-gain' if gain else ''}", onx, specs, [{"name": "y", "dtype": "float32", "shape": ["batch", 1]}])
+
+
+def batched_accumulator_model(tmp: Path, window: int, max_batch: int = 8, batch_axis: int | None = 1):
+    """Stateful with a dynamic batch in [1, max_batch]; state s [2, batch, 1] (batch_axis 1):
+    sN[0] = s[0] + gain * sum(x) (the running sum), sN[1] = s[1] + 1 (windows since the state
+    was last initial); y = sN[0] as [batch, 1]. ``gain`` is a rank-0 constant input."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    one = numpy_helper.from_array(np.ones((1, 1, 1), np.float32), "one")
+    zero = numpy_helper.from_array(np.array(0, np.int64), "zero")
+    onx_graph = helper.make_graph(
+        [
+            helper.make_node("ReduceSum", ["x", "axes1"], ["r"], keepdims=1),  # [B, 1]
+            helper.make_node("Mul", ["r", "gain"], ["rg"]),
+            helper.make_node("Unsqueeze", ["rg", "axes0"], ["r3"]),  # [1, B, 1]
+            helper.make_node("Mul", ["r3", "zerof"], ["z3"]),
+            helper.make_node("Add", ["z3", "one"], ["c3"]),  # ones like r3
+            helper.make_node("Concat", ["r3", "c3"], ["inc"], axis=0),  # [2, B, 1]
+            helper.make_node("Add", ["s", "inc"], ["sN"]),
+            helper.make_node("Gather", ["sN", "zero"], ["y"], axis=0),  # [B, 1]
+        ],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", window]),
+            helper.make_tensor_value_info("s", TensorProto.FLOAT, [2, "batch", 1]),
+            helper.make_tensor_value_info("gain", TensorProto.FLOAT, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 1]), helper.make_tensor_value_info("sN", TensorProto.FLOAT, [2, "batch", 1])],
+        [
+            numpy_helper.from_array(np.array([1], np.int64), "axes1"),
+            numpy_helper.from_array(np.array([0], np.int64), "axes0"),
+            numpy_helper.from_array(np.array(0.0, np.float32), "zerof"),
+            one,
+            zero,
+        ],
     )
+    m = helper.make_model(onx_graph, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    dims = {"batch": [1, max_batch]}
+    pair: dict[str, Any] = {"input": "s", "output": "sN"}
+    if batch_axis is not None:
+        pair["batch_axis"] = batch_axis
     return _package(
         tmp,
-        f"energy{window}",
-        onx,
-        [{"name": "x", "dtype": "float32", "shape": ["batch", window], "dims": {"batch": [1, max_batch]}}],
-        [{"name": "y", "dtype": "float32", "shape": ["batch", 1]}],
+        f"bacc{window}-{max_batch}-{batch_axis}",
+        m.SerializeToString(),
+        [
+            {"name": "x", "dtype": "float32", "shape": ["batch", window], "dims": dims},
+            {"name": "s", "dtype": "float32", "shape": [2, "batch", 1], "dims": dims},
+            {"name": "gain", "dtype": "float32", "shape": []},
+        ],
+        [{"name": "y", "dtype": "float32", "shape": ["batch", 1]}, {"name": "sN", "dtype": "float32", "shape": [2, "batch", 1]}],
+        state=[pair],
     )
+
+
+GAIN = {"gain": np.array(2.0, np.float32)}
 
 
 def opts(**kw: Any) -> SignalStreamOptions:
@@ -189,7 +247,7 @@ def test_binding_checks_model_against_options(tmp_path):
     accm = accumulator_model(tmp_path, 4)
     with pytest.raises(SignalConfigError, match="'s' is a state input"):
         SignalStream(accm, opts(), constants={"s": np.zeros((1, 1), np.float32)})
-    with pytest.raises(SignalConfigError, match="needs a stateless model"):
+    with pytest.raises(SignalConfigError, match=r"needs batch_axis on every \[\[state\]\] pair; acc4.s pair\(s\) \[.s<-sN.\] declare none"):
         StreamRouter(accm, opts(), batch_size=4)
     with pytest.raises(SignalConfigError, match="batches of at most 8"):
         StreamRouter(energy_model(tmp_path, 4), opts(), batch_size=9)
@@ -656,6 +714,278 @@ def test_batching_wait_is_bounded(tmp_path):
     assert len(zero.push("a", np.ones(8, np.float32), 0.0)) == 2  # max_wait 0: never held back
 
 
+# --- batching across streams (stateful) -----------------------------------------------------------------
+
+
+def _rows(results, out: str = "y") -> dict:
+    """Per stream, in order: everything a window result says (outputs bitwise)."""
+    by: dict = {}
+    for w in results:
+        by.setdefault(w.stream_id, []).append(
+            (w.index, w.start_sample, w.timestamp_ms, w.epoch, w.filled_samples)
+            + tuple(w.outputs[k].tobytes() for k in sorted(w.outputs))
+        )
+    return by
+
+
+def _batches(results) -> list[list]:
+    """Results grouped per model call (the rows of one call share its Timings object)."""
+    groups: list[list] = []
+    for w in results:
+        if groups and groups[-1][0].result.timings is w.result.timings:
+            groups[-1].append(w)
+        else:
+            groups.append([w])
+    return groups
+
+
+def _script(n_streams: int, seed: int, total: int = 400, cuts: int = 25, gap_every: int = 7, reset_every: int = 5):
+    """Interleaved pushes of random sizes (in stream order per stream, at random across
+    streams), with a gap in some streams and a router.reset() in others, mid-stream:
+    ("push", s, samples, ts) and ("reset", s)."""
+    rng = np.random.default_rng(seed)
+    per: dict[int, list] = {}
+    for s in range(n_streams):
+        x = (rng.integers(-8, 9, total)).astype(np.float32)  # small integers: exact sums
+        c = np.r_[0, np.sort(rng.choice(np.arange(1, total), cuts, replace=False)), total]
+        ops: list = []
+        shift = 0.0
+        for j in range(len(c) - 1):
+            if s % gap_every == 1 and j == len(c) // 2:
+                shift += 50.0  # a 50 ms gap
+            if s % reset_every == 2 and j == len(c) // 3:
+                ops.append(("reset", s))
+                shift -= 10_000.0  # after reset() the clock is free again: start over earlier
+            ops.append(("push", s, x[c[j] : c[j + 1]], 1000.0 + c[j] + shift))
+        per[s] = ops
+    order = [s for s in range(n_streams) for _ in per[s]]
+    rng.shuffle(order)
+    pos = dict.fromkeys(range(n_streams), 0)
+    script = []
+    for s in order:
+        script.append(per[s][pos[s]])
+        pos[s] += 1
+    return script
+
+
+def _play(router, script, poll_every: int = 0, clock: list | None = None) -> list:
+    out = []
+    for i, op in enumerate(script):
+        if clock is not None:
+            clock[0] += 0.001  # 1 ms per call
+        if op[0] == "reset":
+            router.reset(op[1])
+        else:
+            out += router.push(op[1], op[2], op[3])
+        if poll_every and i % poll_every == 0:
+            out += router.poll()
+    return out + router.flush()
+
+
+@pytest.mark.parametrize("batch_size, max_wait_ms", [(2, 1e9), (4, 5.0), (8, 1e9), (8, 0.0), (8, 3.0)])
+def test_stateful_batching_equals_unbatched(tmp_path, batch_size, max_wait_ms):
+    """Random chunk sizes, 13 interleaved streams, gaps (reset policy) and reset() calls while
+    windows wait: every stream's windows and states are bitwise those of the unbatched router,
+    and no call ever holds two windows of one stream."""
+    model = batched_accumulator_model(tmp_path, 16, max_batch=8)
+    o = opts(window=16, hop=12, prefill=3, gap_policy="reset")
+    script = _script(13, seed=batch_size)
+    plain = StreamRouter(model, o, max_streams=13, constants=GAIN)
+    now = [0.0]
+    batched = StreamRouter(model, o, max_streams=13, constants=GAIN, batch_size=batch_size, max_wait_ms=max_wait_ms, clock=lambda: now[0])
+    a = _play(plain, script)
+    b = _play(batched, script, poll_every=3, clock=now)
+    assert batched.pending == 0
+    assert _rows(a) == _rows(b)
+    assert sum(len(v) for v in _rows(a).values()) > 13 * 25
+    assert {w.epoch for w in a} == {0, 1}  # restarts happened (a gap or a reset() in some streams)
+    assert any(e.kind == "gap" for e in plain.pop_events()) and any(e.kind == "gap" for e in batched.pop_events())
+    groups = _batches(b)
+    for g in groups:
+        assert len({w.stream_id for w in g}) == len(g) <= batch_size  # one window per stream per call
+        assert {w.result.batch_size for w in g} == {len(g)}
+    if max_wait_ms > 0:
+        assert max(len(g) for g in groups) == (batch_size if max_wait_ms > 1e6 else max(len(g) for g in groups)) > 1  # batches formed
+    # the results are exact: gain x the running sum since the stream's last restart
+    w = a[-1]
+    assert w.outputs["sN"].shape == (2, 1, 1) and w.outputs["y"].shape == (1, 1)
+
+
+def test_reset_and_gap_in_one_stream_leave_the_others_in_the_batch_alone(tmp_path):
+    model = batched_accumulator_model(tmp_path, 4)
+    one = np.ones(4, np.float32)
+    r = StreamRouter(model, opts(gap_policy="reset"), max_streams=8, constants=GAIN, batch_size=4, max_wait_ms=1e9)
+
+    def ys(results):
+        return [(w.stream_id, w.epoch, float(w.outputs["y"][0, 0]), float(w.outputs["sN"][1, 0, 0])) for w in results]
+
+    assert r.push("a", one, 0.0) == r.push("b", one, 0.0) == r.push("c", one, 0.0) == []
+    got = r.push("d", one, 0.0)  # the 4th stream fills the batch
+    assert ys(got) == [(k, 0, 8.0, 1.0) for k in "abcd"]  # 2 x 4, first window
+    # Round 2: b's window is queued, then b is reset and pushes again (a new epoch); c has a gap.
+    r.push("a", 2 * one, 4.0)
+    r.push("b", 2 * one, 4.0)
+    r.reset("b")  # b's queued window still runs with b's state (as unbatched, it would already have run)
+    r.push("b", 3 * one, 0.0)  # after reset the clock starts over
+    r.push("c", 2 * one, 104.0)  # 100 ms gap: c restarts (epoch 1)
+    assert r.pending == 4  # a, b (epoch 0), b (epoch 1), c: 3 different streams
+    got = r.push("d", 2 * one, 4.0)
+    assert ys(got) == [("a", 0, 24.0, 2.0), ("b", 0, 24.0, 2.0), ("c", 1, 16.0, 1.0), ("d", 0, 24.0, 2.0)]
+    assert r.pending == 1  # b's epoch-1 window waits: it needs the state of the one just run
+    assert ys(r.flush()) == [("b", 1, 24.0, 1.0)]  # from the initial state: 2 x 12
+    assert [(e.kind, e.stream_id) for e in r.pop_events()] == [("reset", "b"), ("gap", "c")]
+    # The same pushes unbatched give the same numbers.
+    u = StreamRouter(model, opts(gap_policy="reset"), max_streams=8, constants=GAIN)
+    for k in "abcd":
+        u.push(k, one, 0.0)
+    seq = [u.push("a", 2 * one, 4.0), u.push("b", 2 * one, 4.0)]
+    u.reset("b")
+    seq += [u.push("b", 3 * one, 0.0), u.push("c", 2 * one, 104.0), u.push("d", 2 * one, 4.0)]
+    assert sorted(ys([w for x in seq for w in x])) == sorted(ys(got) + [("b", 1, 24.0, 1.0)])
+
+
+def test_close_and_evict_while_windows_are_queued(tmp_path):
+    model = batched_accumulator_model(tmp_path, 4)
+    one = np.ones(4, np.float32)
+    r = StreamRouter(model, opts(), max_streams=3, constants=GAIN, batch_size=4, max_wait_ms=1e9)
+    r.push("a", one, 0.0)
+    r.push("b", one, 0.0)
+    r.push("c", one, 0.0)
+    assert r.pending == 3
+    # Opening d evicts a (least recently pushed): a's queued window runs first, in a batch.
+    got = r.push("d", one, 0.0)
+    assert [(w.stream_id, float(w.outputs["y"][0, 0])) for w in got] == [("a", 8.0), ("b", 8.0), ("c", 8.0)]
+    assert got[0].result.batch_size == 3
+    assert r.stream_ids == ("b", "c", "d") and r.pending == 1
+    (ev,) = r.pop_events()
+    assert (ev.kind, ev.stream_id) == ("evicted", "a")
+    # close(): every queued window runs first (d's), then b goes; b comes back fresh.
+    r.push("b", one, 4.0)
+    got = r.close("b")
+    assert [(w.stream_id, float(w.outputs["y"][0, 0])) for w in got] == [("d", 8.0), ("b", 16.0)]
+    assert "b" not in r and r.pending == 0
+    r.push("b", one, 0.0)  # fresh stream: fresh state and clock
+    assert [(w.stream_id, float(w.outputs["y"][0, 0])) for w in r.flush()] == [("b", 8.0)]
+    # open() evicting a stream with queued windows: their results come with the next call's.
+    r.push("c", 3 * one, 4.0)  # c: 8 + 24
+    r.push("d", one, 4.0)
+    r.push("b", one, 4.0)
+    assert r.stream_ids == ("c", "d", "b") and r.pending == 3
+    r.open("e")  # evicts c, whose window runs now, in a batch with the others queued
+    assert r.pending == 0 and r.stream_ids == ("d", "b", "e")
+    got = r.poll()
+    assert [(w.stream_id, float(w.outputs["y"][0, 0]), w.result.batch_size) for w in got] == [("c", 32.0, 3), ("d", 16.0, 3), ("b", 16.0, 3)]
+    assert [(e.kind, e.stream_id) for e in r.pop_events()] == [("evicted", "c")]
+    # A stream closed directly while its window is queued: the window still runs (it was accepted).
+    r.push("f", one, 0.0)  # (evicts d)
+    r.stream("f").close()
+    assert [(w.stream_id, float(w.outputs["y"][0, 0])) for w in r.flush()] == [("f", 8.0)]
+    with pytest.raises(StreamClosedError):
+        r.push("f", one, 4.0)
+    # shutdown runs what is queued.
+    r.push("e", one, 0.0)
+    assert [(w.stream_id, float(w.outputs["y"][0, 0])) for w in r.shutdown()] == [("e", 8.0)]
+
+
+def test_stateful_batching_wait_and_queue_are_bounded(tmp_path):
+    now = [0.0]
+    model = batched_accumulator_model(tmp_path, 4)
+    one = np.ones(4, np.float32)
+    r = StreamRouter(model, opts(), max_streams=8, constants=GAIN, batch_size=4, max_wait_ms=20.0, clock=lambda: now[0])
+    assert r.push("a", np.ones(12, np.float32), 0.0) == []  # 3 windows of one stream: never one batch
+    now[0] = 0.010
+    assert r.push("b", one, 0.0) == [] and r.poll() == [] and r.pending == 4  # 10 ms < 20 ms
+    now[0] = 0.020
+    got = r.poll()  # a's oldest has waited 20 ms: batches run until nothing queued is that old
+    assert [[(w.stream_id, float(w.outputs["y"][0, 0])) for w in g] for g in _batches(got)] == [
+        [("a", 8.0), ("b", 8.0)],
+        [("a", 16.0)],
+        [("a", 24.0)],
+    ]
+    assert r.pending == 0
+    # Overdue windows also run on push; b waited 25 ms here.
+    r.push("b", one, 4.0)
+    now[0] = 0.045
+    got = r.push("c", one, 0.0)
+    assert [(w.stream_id, w.result.batch_size) for w in got] == [("b", 2), ("c", 2)]
+    # More than max_pending queued windows (default 4 x batch_size = 16): partial batches of the oldest run.
+    got = r.push("d", np.ones(4 * 17, np.float32), 0.0)
+    assert len(got) == 1 and got[0].index == 0 and r.pending == 16
+    assert r.flush()[-1].index == 16
+    small = StreamRouter(model, opts(), max_streams=8, constants=GAIN, batch_size=4, max_wait_ms=1e9, max_pending=5, clock=lambda: now[0])
+    assert small.push("a", np.ones(8, np.float32), 0.0) == small.push("b", np.ones(8, np.float32), 0.0) == []
+    got = small.push("c", np.ones(8, np.float32), 0.0)  # 6 queued > 5: the oldest window of each stream runs
+    assert [(w.stream_id, w.index, w.result.batch_size) for w in got] == [("a", 0, 3), ("b", 0, 3), ("c", 0, 3)]
+    assert small.pending == 3
+    zero = StreamRouter(model, opts(), max_streams=8, constants=GAIN, batch_size=4, max_wait_ms=0.0, clock=lambda: now[0])
+    assert [w.index for w in zero.push("a", np.ones(8, np.float32), 0.0)] == [0, 1]  # max_wait 0: never held back
+
+
+def test_stateful_batching_config(tmp_path):
+    model = batched_accumulator_model(tmp_path, 4, max_batch=8)
+    with pytest.raises(SignalConfigError, match=r"input 'x' has dim 0 \(batch\) in \[1, 8\]: batches of at most 8"):
+        StreamRouter(model, opts(), constants=GAIN, batch_size=16)
+    with pytest.raises(SignalConfigError, match="needs batch_axis on every"):
+        StreamRouter(batched_accumulator_model(tmp_path, 4, batch_axis=None), opts(), constants=GAIN, batch_size=2)
+    with pytest.raises(SignalConfigError, match="max_pending: must be >= batch_size"):
+        StreamRouter(model, opts(), constants=GAIN, batch_size=4, max_pending=3)
+    r = StreamRouter(model, opts(), constants=GAIN, batch_size=8)
+    r.open("mic")
+    with pytest.raises(StreamRouterOwnedError, match=r"push through router.push\('mic'"):
+        r.stream("mic").push(np.ones(4, np.float32), 0.0)
+    assert isinstance(StreamRouterOwnedError("x"), (EdgeSDKError, RuntimeError))
+    # Unbatched (batch_size 1) streams of a router still take direct pushes, as before.
+    u = StreamRouter(model, opts(), constants=GAIN)
+    assert [float(w.outputs["y"][0, 0]) for w in u.open("mic").push(np.ones(4, np.float32), 0.0)] == [8.0]
+
+def test_stateless_model_with_a_constant_batches(tmp_path):
+    """The constant (rank 0 here) is fed as it is, only the windows are stacked."""
+    model = energy_model(tmp_path, 64, max_batch=8, gain=True)
+    o = opts(window=64, hop=32)
+    pushes = _interleaved_pushes(10, 2000, seed=6)
+    plain = StreamRouter(model, o, max_streams=10, constants=GAIN)
+    batched = StreamRouter(model, o, max_streams=10, constants=GAIN, batch_size=8, max_wait_ms=1e9)
+    a, b = [], []
+    for s, x, ts in pushes:
+        a += plain.push(s, x, ts)
+        b += batched.push(s, x, ts)
+        assert batched.pending < 8
+    b += batched.flush()
+    assert _by_stream(a) == _by_stream(b)
+    assert max(w.result.batch_size for w in b) == 8
+    assert any(len({w.stream_id for w in g}) < len(g) for g in _batches(b))  # stateless: one stream may fill several rows
+
+
+def test_manifest_state_batch_axis(tmp_path):
+    from edge_sdk import _toml
+    from edge_sdk.errors import ManifestError
+    from edge_sdk.package import Manifest, StatePair
+
+    assert StatePair("s", "sN").batch_axis is None  # the default: not batchable
+    model = batched_accumulator_model(tmp_path, 4)
+    d = model.manifest.to_dict()
+    assert d["state"] == [{"input": "s", "output": "sN", "initial": 0.0, "batch_axis": 1}]
+    text = model.manifest.to_toml()
+    assert "batch_axis = 1" in text
+    back = Manifest.from_dict(_toml.loads(text))
+    assert back.state == (StatePair("s", "sN", 0.0, 1),) and back == model.manifest
+    d = _toml.loads(text)
+    old = batched_accumulator_model(tmp_path, 4, batch_axis=None).manifest
+    assert old.to_dict()["state"] == [{"input": "s", "output": "sN", "initial": 0.0}]  # no key when unset
+    assert Manifest.from_dict(_toml.loads(old.to_toml())).state[0].batch_axis is None
+    for bad, match in [
+        (3, r"batch_axis must be in \[0, 3\).*got 3"),
+        (-1, r"batch_axis must be in \[0, 3\).*got -1"),
+        (True, "expected int, got bool"),
+        (1.0, "expected int, got float"),
+    ]:
+        d2 = dict(d, state=[dict(d["state"][0], batch_axis=bad)])
+        with pytest.raises(ManifestError, match=match):
+            Manifest.from_dict(d2)
+    with pytest.raises(ManifestError, match=r"unknown key\(s\) \['batch'\]"):
+        Manifest.from_dict(dict(d, state=[dict(d["state"][0], batch=1)]))
+
+
 # --- the real model: 50 interleaved streams ------------------------------------------------------------
 
 
@@ -706,3 +1036,100 @@ def test_50_interleaved_vad_streams_equal_each_alone(vad_model):
     assert sum(len(v) for v in alone.values()) > 50 * 40
     # And the probabilities really differ between streams (otherwise the test proves nothing).
     assert len({alone[s][20][2] for s in range(n)}) > 40
+
+
+@pytest.fixture(scope="module")
+def vad_script():
+    """70 streams of speech mixes on their own clocks, pushed interleaved at random in chunks
+    of random sizes; a 200 ms gap (reset policy) in some streams and a reset() in others,
+    mid-stream. With the unbatched router's results per stream (bitwise)."""
+    import test_vad_model as tv
+
+    rng = np.random.default_rng(70)
+    n = 70
+    per: dict[int, list] = {}
+    for s in range(n):
+        audio = tv.mix([float(rng.uniform(0.1, 0.6)), int(s % 2), float(rng.uniform(0.1, 0.4))], noise=0.001 * (1 + s % 5), gain=float(rng.uniform(0.3, 1.0)), seed=s).audio
+        t0 = float(rng.uniform(0, 1e6))
+        ops: list = []
+        pos = 0
+        while pos < len(audio):
+            k = int(rng.choice([1, 7, 300, 512, 513, 1500, 4000]))
+            if s % 9 == 4 and pos > len(audio) // 2 and not any(op[0] == "gap" for op in ops):
+                ops.append(("gap", s))
+                t0 += 200.0
+            if s % 11 == 5 and pos > len(audio) // 3 and not any(op[0] == "reset" for op in ops):
+                ops.append(("reset", s))
+                t0 -= 1e7  # the clock is forgotten on reset: any timestamp starts it again
+            ops.append(("push", s, audio[pos : pos + k], t0 + pos * 1000.0 / tv.SR))
+            pos += k
+        per[s] = [op for op in ops if op[0] != "gap"]
+    order = [s for s in range(n) for _ in per[s]]
+    rng.shuffle(order)
+    idx = dict.fromkeys(range(n), 0)
+    script = []
+    for s in order:
+        script.append(per[s][idx[s]])
+        idx[s] += 1
+    return script
+
+
+def _vad_rows(results) -> dict:
+    by: dict = {}
+    for w in results:
+        by.setdefault(w.stream_id, []).append((w.index, w.start_sample, w.timestamp_ms, w.epoch, w.outputs["output"].tobytes(), w.outputs["stateN"].tobytes()))
+    return by
+
+
+def _play_vad(router, script, clock=None) -> list:
+    out = []
+    for i, op in enumerate(script):
+        if clock is not None:
+            clock[0] += 0.00025  # 0.25 ms per call
+        if op[0] == "reset":
+            router.reset(op[1])
+        else:
+            out += router.push(op[1], op[2], op[3])
+        if clock is not None and i % 5 == 0:
+            out += router.poll()
+    return out + router.flush()
+
+
+@pytest.fixture(scope="module")
+def vad_unbatched(vad_model, vad_script) -> dict:
+    import test_vad_model as tv
+
+    plain = StreamRouter(vad_model, tv.VAD_OPTIONS, max_streams=70, eviction="error", constants=tv.VAD_CONSTANTS)
+    return _vad_rows(_play_vad(plain, vad_script))
+
+
+@pytest.mark.parametrize("batch_size, max_wait_ms, max_pending", [(8, 5.0, None), (32, 20.0, None), (64, 1e9, 1024)])
+def test_batched_vad_streams_equal_unbatched(vad_model, vad_script, vad_unbatched, batch_size, max_wait_ms, max_pending):
+    """Silero VAD, 70 interleaved streams with random chunk sizes, gaps and resets: batched
+    (one call for up to batch_size streams, each stream's LSTM state stacked on axis 1 and
+    split back) gives every stream bitwise the probabilities and states it gets unbatched."""
+    import test_vad_model as tv
+
+    ref = vad_unbatched
+    now = [0.0]
+    batched = StreamRouter(
+        vad_model,
+        tv.VAD_OPTIONS,
+        max_streams=70,
+        eviction="error",
+        constants=tv.VAD_CONSTANTS,
+        batch_size=batch_size,
+        max_wait_ms=max_wait_ms,
+        max_pending=max_pending,
+        clock=lambda: now[0],
+    )
+    got = _play_vad(batched, vad_script, now)
+    assert _vad_rows(got) == ref
+    assert len(ref) == 70 and sum(len(v) for v in ref.values()) > 70 * 40
+    assert {r[3] for v in ref.values() for r in v} == {0, 1, 2}  # gaps and resets happened (stream 49: both)
+    ev = [(e.kind, e.action) for e in batched.pop_events()]
+    assert ev.count(("gap", "reset")) == 8 and ev.count(("reset", "reset")) == 6  # streams 4, 13, ..., 67; 5, 16, ..., 60
+    sizes = [len(g) for g in _batches(got)]
+    for g in _batches(got):
+        assert len({w.stream_id for w in g}) == len(g)  # never two windows of one stream in a call
+    assert max(sizes) == batch_size and sum(sizes) / len(sizes) > batch_size / 4, sizes

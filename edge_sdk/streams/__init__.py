@@ -2,7 +2,8 @@
 
 :mod:`edge_sdk.streams.signal` cuts sampled signals (audio, IMU, any sensor) into model
 windows with timestamp checks, gap and ordering policies, per-stream model state and a
-router for many streams (with batching across streams for stateless models)::
+router for many streams (batching across streams; stateful models too when their state
+pairs declare ``batch_axis``)::
 
     from edge_sdk.streams import SignalStream, SignalStreamOptions, StreamRouter
 
@@ -24,6 +25,7 @@ from .signal import (
     StreamEvent,
     StreamLimitError,
     StreamRouter,
+    StreamRouterOwnedError,
     TimestampError,
     WindowResult,
 )
@@ -43,4 +45,5 @@ __all__ = [
     "StreamClosedError",
     "StreamLimitError",
     "DuplicateStreamError",
+    "StreamRouterOwnedError",
 ]

@@ -36,8 +36,10 @@ tell continuity without reading events.
 Memory per stream is fixed by the options: one buffer of ``max_buffer_samples`` x
 ``channels`` samples (default: one window), whatever the size of a push, plus a bounded
 event log. A :class:`StreamRouter` keeps one stream per id, at most ``max_streams``
-(least-recently-pushed evicted, or refused), each with its own model state; for stateless
-models it can run windows of several streams as one batch.
+(least-recently-pushed evicted, or refused), each with its own model state, and can run
+windows of several streams as one batch: any model with a dynamic batch dim, stateful ones
+too when the manifest's state pairs declare ``batch_axis`` (each stream's state is stacked on
+that axis for the call and split back after it; one window per stream per call).
 
 Nothing here starts a thread: a router's bounded wait is enforced when ``push``/``poll``
 is called (call ``poll()`` from your loop at least every ``max_wait_ms``).
@@ -83,6 +85,7 @@ __all__ = [
     "StreamClosedError",
     "StreamLimitError",
     "DuplicateStreamError",
+    "StreamRouterOwnedError",
 ]
 
 
@@ -125,6 +128,11 @@ class StreamLimitError(EdgeSDKError, RuntimeError):
 
 class DuplicateStreamError(EdgeSDKError, ValueError):
     """``StreamRouter.open`` for a stream id that is already open."""
+
+
+class StreamRouterOwnedError(EdgeSDKError, RuntimeError):
+    """``SignalStream.push`` on a stream of a batching StreamRouter: push through the router,
+    which keeps the stream's windows in order with those queued for a batch."""
 
 
 # --- options ------------------------------------------------------------------------------
@@ -526,6 +534,7 @@ class _Binding:
 
     def __init__(self, model: "Model", opts: SignalStreamOptions, input_name: str | None, constants: Mapping[str, np.ndarray] | None) -> None:
         self.model = model
+        self.opts_layout = opts.layout
         specs = {s.name: s for s in model.inputs}
         state_inputs = {p.input for p in model.manifest.state}
         consts: dict[str, np.ndarray] = {}
@@ -567,7 +576,62 @@ class _Binding:
         self.input_name = input_name
         self.constants = consts
         self.stateful = bool(model.manifest.state)
-        self.max_batch = model._max_batch() if opts.layout.startswith("N") else 1
+        # (state input, state output, batch axis) per pair, and each state's initial value
+        # for one stream (size 1 on its batch axis; read-only: states are replaced, never written)
+        self.pairs = tuple((p.input, p.output, p.batch_axis) for p in model.manifest.state)
+        self.row_init: dict[str, np.ndarray] = {}
+        for p in model.manifest.state:
+            shape = list(specs[p.input].min_shape())
+            if p.batch_axis is not None:
+                shape[p.batch_axis] = 1
+            a = np.full(shape, p.initial, dtype=specs[p.input].dtype)
+            a.setflags(write=False)
+            self.row_init[p.input] = a
+        self.max_batch, self._batch_limit = self._batch_bound(model, opts, specs)
+
+    def _batch_bound(self, model: "Model", opts: SignalStreamOptions, specs: Mapping[str, Any]) -> tuple[int, str]:
+        """How many streams one call can take: the smallest upper bound of the batch dims
+        (axis 0 of the signal input, ``batch_axis`` of each state input; constants are fed
+        as they are), and what sets it."""
+        if not opts.layout.startswith("N"):
+            return 1, f"layout {opts.layout!r} has no batch axis: batches of at most 1"
+        axes = [(self.input_name, 0)] + [(i, ax) for i, _, ax in self.pairs if ax is not None]
+        best, why = 2**31 - 1, ""
+        for name, ax in axes:
+            d = specs[name].shape[ax]
+            lo, hi = (d, d) if isinstance(d, int) else (specs[name].bounds(d) or (1, 1))
+            dim = f"fixed dim {ax} = {d}" if isinstance(d, int) else f"dim {ax} ({d}) in [{lo}, {hi}]"
+            n = hi if lo == 1 else 1  # a partial batch may hold one stream's row alone
+            if n < best:
+                best, why = n, f"the model's input {name!r} has {dim}: batches of at most {n}"
+        return best, why
+
+    def check_batching(self, batch_size: int) -> None:
+        """Raise SignalConfigError unless windows of ``batch_size`` streams can share one call."""
+        model = self.model
+        name = model.manifest.name
+        if self.stateful:
+            missing = [f"{i}<-{o}" for i, o, ax in self.pairs if ax is None]
+            if missing:
+                raise SignalConfigError(
+                    f"batch_size={batch_size}: batching a stateful model across streams needs batch_axis on every [[state]] pair; "
+                    f"{name}'s pair(s) {missing} declare none (use batch_size=1, or declare the state's batch axis in the manifest)"
+                )
+        if model.manifest.decoder.kind in ("detection", "segmentation"):
+            raise SignalConfigError(f"batch_size={batch_size}: a {model.manifest.decoder.kind} decoder's result cannot be split per stream")
+        if self.max_batch < batch_size:
+            raise SignalConfigError(
+                f"batch_size={batch_size}: {self._batch_limit} (layout {self.opts_layout!r}; a batch needs a dynamic batch dim "
+                f"with bounds [1, n >= batch_size] on axis 0 of the signal input and on batch_axis of each state input)"
+            )
+        state_out = {o: ax for _, o, ax in self.pairs}
+        for spec in model.outputs:
+            ax = state_out.get(spec.name, 0)
+            if spec.rank <= ax or isinstance(spec.shape[ax], int):
+                raise SignalConfigError(
+                    f"batch_size={batch_size}: output {spec.name!r} {list(spec.shape)} has no dynamic batch dim at axis {ax} "
+                    f"to split per stream"
+                )
 
     def feed(self, data: np.ndarray) -> dict[str, np.ndarray]:
         f = dict(self.constants)
@@ -604,6 +668,7 @@ class SignalStream:
         constants: Mapping[str, np.ndarray] | None = None,
         on_event: Callable[[StreamEvent], None] | None = None,
         _binding: _Binding | None = None,
+        _owner: "StreamRouter | None" = None,
     ) -> None:
         if not isinstance(options, SignalStreamOptions):
             raise SignalConfigError(f"options: expected SignalStreamOptions, got {type(options).__name__}")
@@ -613,7 +678,10 @@ class SignalStream:
         self._events: deque[StreamEvent] = deque(maxlen=options.max_events)
         self._sink = on_event or self._events.append
         self._framer = _Framer(options, stream_id, self._sink)
-        self._state = model.stream() if self._b.stateful else None
+        # A batching router runs this stream's windows in batches with other streams' and
+        # keeps the state as a _RowState (reset lazily, by epoch, in the router's order).
+        self._owner = _owner
+        self._state: Any = (_RowState(self._b) if _owner is not None else model.stream()) if self._b.stateful else None
         self._lock = threading.Lock()
         self._closed = False
 
@@ -652,6 +720,11 @@ class SignalStream:
     def push(self, samples: np.ndarray, timestamp_ms: float) -> list[WindowResult]:
         """Add samples ([n] mono or [n, channels], ``options.dtype``) whose first sample is at
         ``timestamp_ms``; run the model on every window they complete."""
+        if self._owner is not None:
+            raise StreamRouterOwnedError(
+                f"stream {self.stream_id!r} belongs to a StreamRouter with batch_size={self._owner.batch_size}: "
+                f"push through router.push({self.stream_id!r}, samples, timestamp_ms), which keeps its windows in order with the queued ones"
+            )
         with self._lock:
             self._check_open()
             plan = self._framer.push(samples, timestamp_ms)
@@ -674,8 +747,8 @@ class SignalStream:
         with self._lock:
             self._check_open()
             self._framer.restart()
-            if self._state is not None:
-                self._state.reset()
+            if self._state is not None and self._owner is None:
+                self._state.reset()  # (a batching router resets the state when this stream's next epoch starts)
             self._sink(StreamEvent("reset", "reset", self.stream_id, math.nan, 0, f"stream {self.stream_id!r}: reset() called"))
 
     # -- inspection -------------------------------------------------------------------------
@@ -727,8 +800,22 @@ class SignalStream:
 # --- many streams -------------------------------------------------------------------------------
 
 
+class _RowState:
+    """One stream's model state in a batching router: one array per state input, with size 1
+    on the pair's batch axis, and the epoch it belongs to. A window of a later epoch (the
+    stream restarted: gap reset, ``reset()``) starts from the initial state, so a reset takes
+    effect in the stream's own order, after its windows queued before it have run."""
+
+    __slots__ = ("arrays", "epoch")
+
+    def __init__(self, b: _Binding) -> None:
+        self.arrays: dict[str, np.ndarray] = b.row_init  # read-only; replaced, never written
+        self.epoch = 0
+
+
 class _Pending(NamedTuple):
-    stream_id: Hashable
+    stream: SignalStream
+    state: _RowState | None
     frame: _Frame
     enqueued_s: float
 
@@ -741,14 +828,33 @@ class StreamRouter:
     (``eviction="lru"``, recorded as an "evicted" event) or raises StreamLimitError
     (``eviction="error"``). ``close(id)`` frees a stream; a later push with the same id starts
     a fresh stream (new state, new clock). Memory is bounded by ``max_streams`` x the
-    per-stream buffer (``options.buffer_samples``) + ``batch_size`` pending windows.
+    per-stream buffer (``options.buffer_samples``) + ``max_pending`` queued windows.
 
-    Batching (stateless models only, the model's batch dim dynamic): with ``batch_size`` > 1
-    windows of any streams wait in one queue and run as one ``predict_batch`` call when
-    ``batch_size`` are queued, or once the oldest has waited ``max_wait_ms`` (checked on every
-    ``push`` and ``poll``); ``flush()`` runs them now. Results are then returned by whichever
-    call ran them, so each carries its ``stream_id``; per stream they stay in order and are
-    the same as unbatched. Thread-safe (one lock: model calls are serialised).
+    Batching (``batch_size`` > 1; the model's batch dim dynamic with bounds [1, >= batch_size]
+    on axis 0 of the signal input): windows of up to ``batch_size`` streams run as ONE model
+    call, their inputs stacked on axis 0 (constants such as a sample rate are fed as they
+    are) and the outputs split back per window. Stateful models batch too when every manifest
+    ``[[state]]`` pair declares ``batch_axis``: each stream's state is stacked on that axis and
+    the new state split back to its stream, so a stream's state stays its own; a batch never
+    holds two windows of the same stream (the second needs the state the first produces).
+    Stateless models may put several windows of one stream in a batch.
+
+    When a batch runs: as soon as ``batch_size`` windows can share one (stateful: windows of
+    ``batch_size`` different streams); when more than ``max_pending`` windows are queued
+    (default 4 x batch_size: a partial batch of the oldest); and once the oldest queued window
+    has waited ``max_wait_ms`` (checked on every ``push`` and ``poll``: batches run until no
+    queued window is that old); ``flush()`` runs everything now. Windows are taken oldest first;
+    per stream they run in order, and results are the same as unbatched (bitwise where the
+    runtime computes batch rows independently, as ONNX Runtime does for Silero VAD on CPU).
+    Results are returned by whichever call ran them (``push``, ``poll``, ``flush``, ``close``,
+    ...), so each carries its ``stream_id``; per stream they are in order. ``reset(id)`` and a
+    gap reset take effect in the stream's order: its windows queued before still run with the
+    state they had. ``close(id)`` runs every queued window first; evicting a stream runs its
+    queued windows first (their results come with the call's, or the next call's, results).
+    The streams of a batching router are pushed through the router only (``SignalStream.push``
+    on one raises StreamRouterOwnedError). A model error during a batch loses that batch's
+    windows (the streams' states stay as they were before it). Thread-safe (one lock: model
+    calls are serialised).
     """
 
     def __init__(
@@ -762,6 +868,7 @@ class StreamRouter:
         constants: Mapping[str, np.ndarray] | None = None,
         batch_size: int = 1,
         max_wait_ms: float = 10.0,
+        max_pending: int | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not isinstance(options, SignalStreamOptions):
@@ -769,29 +876,30 @@ class StreamRouter:
         _pos_int("max_streams", max_streams)
         _pos_int("batch_size", batch_size)
         _number("max_wait_ms", max_wait_ms, positive=False)
+        if max_pending is None:
+            max_pending = 4 * batch_size
+        else:
+            _pos_int("max_pending", max_pending)
+            if max_pending < batch_size:
+                raise SignalConfigError(f"max_pending: must be >= batch_size ({batch_size}), got {max_pending}")
         if eviction not in EVICTIONS:
             raise SignalConfigError(f"eviction: expected one of {EVICTIONS}, got {eviction!r}")
         self._b = _Binding(model, options, input_name, constants)
         if batch_size > 1:
-            if self._b.stateful:
-                raise SignalConfigError(
-                    f"batch_size={batch_size}: batching across streams needs a stateless model; "
-                    f"{model.manifest.name} carries state per stream (use batch_size=1)"
-                )
-            if self._b.max_batch < batch_size:
-                raise SignalConfigError(
-                    f"batch_size={batch_size}: the model's input {self._b.input_name!r} takes batches of at most {self._b.max_batch} "
-                    f"(layout {options.layout!r}; a batch needs a leading dynamic batch dim)"
-                )
+            self._b.check_batching(batch_size)
         self.model = model
         self.options = options
         self.max_streams = max_streams
         self.eviction = eviction
         self.batch_size = batch_size
         self.max_wait_ms = float(max_wait_ms)
+        self.max_pending = max_pending
         self._clock = clock
         self._streams: OrderedDict[Hashable, SignalStream] = OrderedDict()
-        self._pending: list[_Pending] = []
+        self._queue: deque[_Pending] = deque()  # oldest first
+        self._queued: dict[SignalStream, int] = {}  # queued windows per stream (only streams with some)
+        self._distinct = self._b.stateful  # one window per stream per batch
+        self._ready: list[WindowResult] = []  # run, not yet returned
         self._events: deque[StreamEvent] = deque(maxlen=options.max_events)
         self._lock = threading.RLock()
         self._closed = False
@@ -811,8 +919,10 @@ class StreamRouter:
 
     @property
     def pending(self) -> int:
-        """Windows queued for the next batch (always < batch_size after a call returns)."""
-        return len(self._pending)
+        """Windows queued for a batch. After a call returns: fewer than ``batch_size`` for a
+        stateless model; for a stateful one, windows of fewer than ``batch_size`` different
+        streams, and at most ``max_pending`` in all."""
+        return len(self._queue)
 
     def stream(self, stream_id: Hashable) -> SignalStream:
         """The open stream for ``stream_id`` (KeyError if none)."""
@@ -833,12 +943,16 @@ class StreamRouter:
                     f"{len(self._streams)} streams open, max_streams={self.max_streams}; close() one first "
                     f"(or use eviction='lru') before opening {stream_id!r}"
                 )
-            old_id, old = self._streams.popitem(last=False)
+            old_id, old = next(iter(self._streams.items()))
+            while self._queued.get(old):  # its accepted windows run before it goes
+                self._run_batch(self._take(first=old))
+            del self._streams[old_id]
             old.close()
             self._events.append(
                 StreamEvent("evicted", "close", old_id, math.nan, 0, f"stream {old_id!r} closed to open {stream_id!r} (max_streams={self.max_streams}, least recently pushed)")
             )
-        s = SignalStream(self.model, self.options, stream_id=stream_id, on_event=self._events.append, _binding=self._b)
+        owner = self if self.batch_size > 1 else None
+        s = SignalStream(self.model, self.options, stream_id=stream_id, on_event=self._events.append, _binding=self._b, _owner=owner)
         self._streams[stream_id] = s
         return s
 
@@ -846,14 +960,15 @@ class StreamRouter:
         """Close one stream (unknown ids are ignored). Runs windows still queued for a batch
         (of every stream) and returns their results."""
         with self._lock:
-            out = self._flush() if self._pending else []
+            self._run_all()
             s = self._streams.pop(_hashable(stream_id), None)
             if s is not None:
                 s.close()
-            return out
+            return self._take_ready()
 
     def reset(self, stream_id: Hashable) -> None:
-        """Reset one open stream (buffer, clock, model state)."""
+        """Reset one open stream (buffer, clock, model state). Its windows already queued
+        still run, with the state they had."""
         with self._lock:
             self._check_open()
             self._streams[stream_id].reset()
@@ -861,11 +976,11 @@ class StreamRouter:
     def close_all(self) -> list[WindowResult]:
         """Run queued windows, then close every stream. The router stays usable."""
         with self._lock:
-            out = self._flush() if self._pending else []
+            self._run_all()
             for s in self._streams.values():
                 s.close()
             self._streams.clear()
-            return out
+            return self._take_ready()
 
     def shutdown(self) -> list[WindowResult]:
         """close_all() and refuse further pushes. Safe to call twice (the model stays open)."""
@@ -890,7 +1005,8 @@ class StreamRouter:
 
     def push(self, stream_id: Hashable, samples: np.ndarray, timestamp_ms: float) -> list[WindowResult]:
         """Push to ``stream_id`` (opened on first use). Unbatched: this stream's windows.
-        Batched: the results of every batch this call ran, of any stream."""
+        Batched: the results of every batch run since the last call that returned results,
+        of any stream."""
         with self._lock:
             self._check_open()
             s = self._streams.get(_hashable(stream_id))
@@ -901,40 +1017,130 @@ class StreamRouter:
             if self.batch_size == 1:
                 return s.push(samples, timestamp_ms)
             with s._lock:
-                plan = s._framer.push(samples, timestamp_ms)
-            now = self._clock()
-            out: list[WindowResult] = []
-            for f in plan.frames:
-                self._pending.append(_Pending(stream_id, f, now))
-                if len(self._pending) >= self.batch_size:
-                    out += self._flush()
-            out += self._poll()
-            return out
+                s._check_open()
+                plan = s._framer.push(samples, timestamp_ms)  # plan.reset: the state resets by epoch
+            if plan.frames:
+                now = self._clock()
+                q, st = self._queue, s._state
+                for f in plan.frames:
+                    q.append(_Pending(s, st, f, now))
+                self._queued[s] = self._queued.get(s, 0) + len(plan.frames)
+                self._run_due()
+            self._run_overdue()
+            return self._take_ready()
 
     def poll(self) -> list[WindowResult]:
-        """Run the queued windows if the oldest has waited ``max_wait_ms``; else nothing."""
+        """Run queued windows if the oldest has waited ``max_wait_ms`` (and return any
+        results not yet returned); else nothing."""
         with self._lock:
-            return self._poll()
+            self._run_overdue()
+            return self._take_ready()
 
     def flush(self) -> list[WindowResult]:
         """Run every queued window now."""
         with self._lock:
-            return self._flush() if self._pending else []
+            self._run_all()
+            return self._take_ready()
 
-    def _poll(self) -> list[WindowResult]:
-        if self._pending and (self._clock() - self._pending[0].enqueued_s) * 1000.0 >= self.max_wait_ms:
-            return self._flush()
-        return []
+    # -- batching --------------------------------------------------------------------------
 
-    def _flush(self) -> list[WindowResult]:
-        batch, self._pending = self._pending, []
+    def _take_ready(self) -> list[WindowResult]:
+        out, self._ready = self._ready, []
+        return out
+
+    def _run_due(self) -> None:
+        """Run full batches, and partial ones while more than max_pending windows wait."""
+        k, q = self.batch_size, self._queue
+        while (len(self._queued) if self._distinct else len(q)) >= k or len(q) > self.max_pending:
+            self._run_batch(self._take())
+
+    def _run_overdue(self) -> None:
+        q = self._queue
+        while q and (self._clock() - q[0].enqueued_s) * 1000.0 >= self.max_wait_ms:
+            self._run_batch(self._take())
+
+    def _run_all(self) -> None:
+        while self._queue:
+            self._run_batch(self._take())
+
+    def _take(self, first: SignalStream | None = None) -> list[_Pending]:
+        """Up to batch_size queued windows, oldest first (``first``'s oldest in any case);
+        for a stateful model at most one per stream, so the others keep their place."""
+        q, k = self._queue, self.batch_size
+        taken: list[_Pending] = []
+        if first is not None:
+            i = next(i for i, p in enumerate(q) if p.stream is first)
+            taken.append(q[i])
+            del q[i]
+        if not self._distinct:
+            while q and len(taken) < k:
+                taken.append(q.popleft())
+        else:
+            seen = {first}
+            skipped: list[_Pending] = []
+            while q and len(taken) < k:
+                p = q.popleft()
+                if p.stream in seen:
+                    skipped.append(p)
+                else:
+                    seen.add(p.stream)
+                    taken.append(p)
+            if skipped:
+                q.extendleft(reversed(skipped))
+        queued = self._queued
+        for p in taken:
+            n = queued[p.stream] - 1
+            if n:
+                queued[p.stream] = n
+            else:
+                del queued[p.stream]
+        return taken
+
+    def _run_batch(self, rows: list[_Pending]) -> None:
+        """One model call for ``rows`` (windows of different streams when stateful); the
+        results go to ``_ready``, the new states to their streams."""
         b = self._b
-        results = self.model.predict_batch([b.feed(p.frame.data) for p in batch])
+        n = len(rows)
+        feeds = dict(b.constants)
+        feeds[b.input_name] = rows[0].frame.data if n == 1 else np.concatenate([p.frame.data for p in rows])
+        pairs = b.pairs
+        if pairs:
+            states = []
+            for p in rows:
+                st = p.state
+                if st.epoch != p.frame.epoch:  # the stream restarted since this state was made
+                    st.arrays, st.epoch = b.row_init, p.frame.epoch
+                states.append(st.arrays)
+            for name, _, ax in pairs:
+                feeds[name] = np.concatenate([a[name] for a in states], axis=ax)
+        r = b.model.predict(feeds)
+        outs = r.outputs
+        state_out = {o: (i, ax) for i, o, ax in pairs}
+        split = []  # (output name, its n rows as views of one array, state input it feeds or None)
+        for name, v in outs.items():
+            i_name, ax = state_out.get(name, (None, 0))
+            if v.ndim <= ax or v.shape[ax] != n:
+                raise SignalConfigError(
+                    f"output {name!r} of {b.model.manifest.name} has shape {v.shape} for a batch of {n} windows: "
+                    f"expected {n} rows on axis {ax} (batch_size > 1 needs outputs batched like the inputs)"
+                )
+            # Row i keeps its rank, with size 1 on the batch axis, as unbatched. A state's rows are
+            # made contiguous (one copy per call) and become the streams' states as they are.
+            row_shape = v.shape[:ax] + (1,) + v.shape[ax + 1 :]
+            lead = np.ascontiguousarray(np.moveaxis(v, ax, 0)) if ax else v
+            split.append((name, list(lead.reshape((n,) + row_shape)), i_name))
+        dec = r.decoded
+        rest = (r.timings, r.variant_id, r.backend, r.model_name, r.model_version, r.model_sha256, n, r.transform)
+        R = type(r)
         dur = self.options.window_ms
-        return [
-            WindowResult(p.stream_id, p.frame.index, p.frame.start_sample, p.frame.timestamp_ms, dur, p.frame.epoch, p.frame.filled, r)
-            for p, r in zip(batch, results)
-        ]
+        ready = self._ready
+        for i, p in enumerate(rows):
+            o = {name: col[i] for name, col, _ in split}
+            if pairs:
+                p.state.arrays = {i_name: col[i] for _, col, i_name in split if i_name is not None}  # type: ignore[union-attr]
+            f = p.frame
+            res = R(o, (dec[i],) if dec is not None else None, *rest)
+            ready.append(WindowResult(p.stream.stream_id, f.index, f.start_sample, f.timestamp_ms, dur, f.epoch, f.filled, res))
 
     # -- events -----------------------------------------------------------------------------
 
