@@ -525,7 +525,11 @@ def load(
     cache = Path(opts.cache_dir) if opts.cache_dir else default_cache_dir()
     pkg = package if isinstance(package, ModelPackage) else ModelPackage.open(package, cache_dir=cache)
     detection = resolve_profile(profile, root=opts.root)
-    statuses = all_backend_status()
+    # Probe only the runtimes this package's variants use: importing an unused one
+    # (onnxruntime for a TFLite-only package) costs tens of ms of cold start.
+    from .backends.base import backend_status
+
+    statuses = {b: backend_status(b) for b in sorted({v.backend for v in pkg.manifest.variants})}
     sel = select_variant(
         pkg.manifest,
         detection.profile,
