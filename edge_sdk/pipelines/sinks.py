@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from ..errors import MissingDependencyError
+from .._deps import require_cv2
 from .errors import PipelineStateError, SinkError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -31,11 +31,7 @@ __all__ = ["AnnotatedVideoSink", "CallbackSink", "JsonLinesSink", "Sink", "SinkS
 
 
 def _cv2() -> Any:
-    try:
-        import cv2
-    except ImportError as e:
-        raise MissingDependencyError("AnnotatedVideoSink needs OpenCV: pip install 'edge-sdk[vision]' (opencv-python-headless)") from e
-    return cv2
+    return require_cv2("AnnotatedVideoSink")
 
 
 class SinkState(str, enum.Enum):

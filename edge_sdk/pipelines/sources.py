@@ -48,6 +48,7 @@ from urllib.parse import parse_qs, unquote
 
 import numpy as np
 
+from .._deps import require_cv2
 from ..errors import EdgeSDKError, MissingDependencyError
 from .errors import InvalidFrameError, SourceClosedError, SourceError, UnknownSourceError
 
@@ -77,15 +78,8 @@ _PICAMERA2_INSTALL = (
     "sudo apt install python3-picamera2; a virtual environment only sees it when created with "
     "python3 -m venv --system-site-packages"
 )
-_VISION = "pip install 'edge-sdk[vision]' (opencv-python-headless)"
-
-
 def _cv2() -> Any:
-    try:
-        import cv2
-    except ImportError as e:
-        raise MissingDependencyError(f"video and image sources need OpenCV: {_VISION}") from e
-    return cv2
+    return require_cv2("video and image sources")
 
 
 def _now_ms() -> float:

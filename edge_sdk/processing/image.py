@@ -15,18 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ImageError, MissingDependencyError
+from .._deps import require_cv2
+from ..errors import ImageError
 from ..package import ImagePreprocess, TensorSpec
-
-_VISION = "pip install 'edge-sdk[vision]' (opencv-python-headless, pillow)"
 
 
 def _cv2() -> Any:
-    try:
-        import cv2
-    except ImportError as e:
-        raise MissingDependencyError(f"image preprocessing needs OpenCV: {_VISION}") from e
-    return cv2
+    return require_cv2("image preprocessing")
 
 
 @dataclass(frozen=True)
