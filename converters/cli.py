@@ -25,31 +25,13 @@ from edge_sdk.errors import EdgeSDKError
 
 
 def _onnx_specs(path: Path, dims: dict[str, tuple[int, int]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    from edge_sdk._modelfile import scan_onnx
+    from .packaging import SignatureError, onnx_tensor_specs
 
-    info = scan_onnx(path.read_bytes())
-
-    def spec(t: Any, is_input: bool) -> dict[str, Any]:
-        if t.dims is None or t.dtype is None:
-            raise SystemExit(f"edge-convert: {path.name}: tensor {t.name!r} has no static type/rank; cannot describe it")
-        shape: list[Any] = []
-        used: dict[str, list[int]] = {}
-        for i, d in enumerate(t.dims):
-            if isinstance(d, int) and d > 0:
-                shape.append(d)
-            else:
-                name = d if isinstance(d, str) and d else f"{t.name}_d{i}"
-                shape.append(name)
-                if is_input:
-                    if name not in dims:
-                        raise SystemExit(f"edge-convert: input {t.name!r} dim {i} ({name}) is dynamic: give --dim {name}=MIN:MAX")
-                    used[name] = list(dims[name])
-        d: dict[str, Any] = {"name": t.name, "dtype": t.dtype, "shape": shape}
-        if used:
-            d["dims"] = used
-        return d
-
-    return [spec(t, True) for t in info.inputs], [spec(t, False) for t in info.outputs]
+    try:
+        ins, outs = onnx_tensor_specs(path.read_bytes(), dims)
+    except SignatureError as e:
+        raise SystemExit(f"edge-convert: {path.name}: {e}") from None
+    return [s.to_dict() for s in ins], [s.to_dict() for s in outs]
 
 
 def _tflite_specs(path: Path, dims: dict[str, tuple[int, int]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

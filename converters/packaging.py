@@ -22,7 +22,52 @@ import shutil
 from pathlib import Path
 from typing import Any, Mapping
 
-from edge_sdk.package import MANIFEST_NAME, Manifest, ModelPackage, file_ref
+from edge_sdk.package import MANIFEST_NAME, ImagePreprocess, Manifest, ModelPackage, TensorSpec, file_ref
+
+
+class SignatureError(ValueError):
+    """A model's own signature cannot be described in a manifest as given."""
+
+
+def onnx_tensor_specs(
+    data: bytes, dims: Mapping[str, tuple[int, int]], preprocess: ImagePreprocess | None = None
+) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """Inputs and outputs of an ONNX model (read with the dependency-free scanner,
+    no runtime) as manifest TensorSpecs. Every dynamic input dim needs bounds in
+    ``dims`` (unnamed ones are called ``<tensor>_d<axis>``); 4-D inputs with 1 or
+    3 channels get an NCHW/NHWC layout and ``preprocess``, if given."""
+    from edge_sdk._modelfile import scan_onnx
+
+    info = scan_onnx(data)
+
+    def spec(t: Any, is_input: bool) -> TensorSpec:
+        if t.dims is None or t.dtype is None:
+            raise SignatureError(f"model tensor {t.name!r} has no static type/rank; cannot describe it in a manifest")
+        shape: list[int | str] = []
+        bounds = []
+        for i, d in enumerate(t.dims):
+            if isinstance(d, int) and d > 0:
+                shape.append(d)
+                continue
+            name = d if isinstance(d, str) and d else f"{t.name}_d{i}"
+            shape.append(name)
+            if is_input:
+                if name not in dims:
+                    raise SignatureError(f"input {t.name!r} dim {i} ({name}) is dynamic; to give its bounds, give --dim {name}=MIN:MAX")
+                lo, hi = dims[name]
+                bounds.append((name, lo, hi))
+        layout = pre = None
+        if is_input and len(shape) == 4:
+            layout = "NCHW" if shape[1] in (1, 3) else ("NHWC" if shape[3] in (1, 3) else None)
+            if preprocess is not None and layout is not None:
+                pre = preprocess
+        return TensorSpec(t.name, t.dtype, tuple(shape), layout, tuple(bounds), pre)
+
+    ins = [spec(t, True) for t in info.inputs]
+    outs = [spec(t, False) for t in info.outputs]
+    if preprocess is not None and not any(s.preprocess for s in ins):
+        raise SignatureError("--preprocess was given but no input is an NCHW/NHWC image with 1 or 3 channels")
+    return ins, outs
 
 
 def write_package(

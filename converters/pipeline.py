@@ -26,10 +26,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from edge_sdk._modelfile import scan_onnx, sniff_format
+from edge_sdk._modelfile import sniff_format
 from edge_sdk.package import Benchmark, Gate, ImagePreprocess, ModelPackage, Quality, TensorSpec
 
-from .packaging import write_package
+from .packaging import SignatureError, onnx_tensor_specs, write_package
 from .quantize import Int4Options, Int8Options, QuantizeError, quantize_target
 from .validate import VariantReport, check_gate, compare, default_gate, validate_package
 
@@ -74,37 +74,10 @@ class ConvertResult:
 
 
 def _specs_from_model(data: bytes, opts: ConvertOptions) -> tuple[list[TensorSpec], list[TensorSpec]]:
-    info = scan_onnx(data)
-
-    def spec(t: Any, is_input: bool) -> TensorSpec:
-        if t.dims is None or t.dtype is None:
-            raise ConvertError(f"model tensor {t.name!r} has no static type/rank; cannot describe it in a manifest")
-        shape: list[int | str] = []
-        bounds = []
-        for i, d in enumerate(t.dims):
-            if isinstance(d, int) and d > 0:
-                shape.append(d)
-                continue
-            name = d if isinstance(d, str) and d else f"{t.name}_d{i}"
-            shape.append(name)
-            if is_input:
-                if name not in opts.dims:
-                    raise ConvertError(f"input {t.name!r} dim {i} ({name}) is dynamic: give its bounds (--dim {name}=MIN:MAX)")
-                lo, hi = opts.dims[name]
-                bounds.append((name, lo, hi))
-        layout = None
-        pre = None
-        if is_input and len(shape) == 4:
-            layout = "NCHW" if shape[1] in (1, 3) else ("NHWC" if shape[3] in (1, 3) else None)
-            if opts.preprocess is not None and layout is not None:
-                pre = opts.preprocess
-        return TensorSpec(t.name, t.dtype, tuple(shape), layout, tuple(bounds), pre)
-
-    ins = [spec(t, True) for t in info.inputs]
-    outs = [spec(t, False) for t in info.outputs]
-    if opts.preprocess is not None and not any(s.preprocess for s in ins):
-        raise ConvertError("--preprocess was given but no input is an NCHW/NHWC image with 1 or 3 channels")
-    return ins, outs
+    try:
+        return onnx_tensor_specs(data, opts.dims, opts.preprocess)
+    except SignatureError as e:
+        raise ConvertError(str(e)) from e
 
 
 def _model_labels(ds: Any, class_names: Sequence[str]) -> list[int] | None:
