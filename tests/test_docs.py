@@ -24,3 +24,8 @@ def test_readme_names_every_cli_command() -> None:
     for sub in ("package", "verify", "quantize", "validate", "inspect"):
         assert f"edge-convert {sub}" in readme and f"### `edge-convert {sub}`" in ref
     assert sdk_cli.build_parser().prog == "edge-sdk"
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    ci_last = [ln for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln.strip()][-1]
+    assert "python3 -m pytest" in ci_last and ci_last in (ROOT / "README.md").read_text()
