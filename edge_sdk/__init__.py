@@ -25,6 +25,7 @@ _LAZY = {
     "LoadOptions": ("model", "LoadOptions"),
     "Model": ("model", "Model"),
     "Result": ("model", "Result"),
+    "PreparedImage": ("model", "PreparedImage"),
     "Timings": ("model", "Timings"),
     "Stream": ("model", "Stream"),
     "ModelPackage": ("package", "ModelPackage"),
@@ -41,7 +42,7 @@ _LAZY = {
 
 if TYPE_CHECKING:  # pragma: no cover
     from .assets import demo_package_path
-    from .model import LoadOptions, Model, Result, Stream, Timings, load
+    from .model import LoadOptions, Model, PreparedImage, Result, Stream, Timings, load
     from .package import Manifest, ModelPackage
     from .processing.decoders import Classification
     from .profiles import DeviceProfile, detect, list_profiles, load_profile, resolve_profile

@@ -36,7 +36,6 @@ from __future__ import annotations
 import io
 import re
 import struct
-import zipfile
 from dataclasses import dataclass
 from typing import Iterator, Union
 
@@ -797,6 +796,8 @@ _ZIP_CENTRAL = b"PK\x01\x02"
 def _zip_member_names(buf) -> set[bytes]:
     """Member names from the central directory (via zipfile) *and* from every
     local/central header signature found, so a damaged archive still shows them."""
+    import zipfile  # lazily: only zip-shaped files (a torch checkpoint) get here
+
     names: set[bytes] = set()
     raw = bytes(buf)
     try:

@@ -159,6 +159,19 @@ class Result(NamedTuple):
         return d
 
 
+class PreparedImage(NamedTuple):
+    """An image preprocessed and validated for one model (:meth:`Model.prepare_image`),
+    ready for :meth:`Model.predict_prepared`. ``feeds``: input name -> tensor (validated:
+    do not modify the arrays). ``transform``: model pixels -> source pixels.
+    ``preprocess_ns`` / ``validate_ns``: what the preparation took."""
+
+    model: "Model"
+    feeds: Mapping[str, np.ndarray]
+    transform: Any
+    preprocess_ns: int
+    validate_ns: int
+
+
 class Model:
     """A loaded model. Use :func:`load`."""
 
@@ -241,7 +254,15 @@ class Model:
 
     def predict_image(self, image: np.ndarray | str | Path, *, color: str = "RGB", top_k: int | None = None) -> Result:
         """Run on an image (HxWx3 uint8 array in ``color`` order, or a file path),
-        preprocessed as the manifest declares (resize, colour, mean/std, layout, dtype)."""
+        preprocessed as the manifest declares (resize, colour, mean/std, layout, dtype).
+        The same as ``predict_prepared(prepare_image(image, color=color))``."""
+        return self.predict_prepared(self.prepare_image(image, color=color), top_k=top_k)
+
+    def prepare_image(self, image: np.ndarray | str | Path, *, color: str = "RGB") -> PreparedImage:
+        """The first half of :meth:`predict_image`: preprocess and validate ``image``
+        without running the model. Pipelines call it on another thread than
+        :meth:`predict_prepared`, so preprocessing of one frame overlaps inference of
+        the one before. Raises ImageError / InputError like predict_image."""
         from .processing.image import load_image_bgr, preprocess_image
 
         if self._image_spec is None:
@@ -258,7 +279,34 @@ class Model:
         # (a full pass over the input) is kept for float16, where a tiny std could overflow.
         feeds = self._validate({self._image_spec.name: x}, finite=self._finite and self._image_spec.dtype == "float16")
         t2 = time.perf_counter_ns()
-        return self._finish(feeds, t0, t2, top_k, tf, pre_ns=t1 - t0)
+        return PreparedImage(self, feeds, tf, t1 - t0, t2 - t1)
+
+    def predict_prepared(self, prepared: PreparedImage, *, top_k: int | None = None) -> Result:
+        """The second half of :meth:`predict_image`: run the model on what
+        :meth:`prepare_image` made (for this model) and decode. The result's timings
+        count the preparation too (``total_ms`` = preprocess + validate + inference +
+        decode; time spent waiting between the halves is not counted)."""
+        if not isinstance(prepared, PreparedImage):
+            raise InputError(f"predict_prepared: expected a PreparedImage from prepare_image(), got {type(prepared).__name__}")
+        if prepared.model is not self:
+            raise InputError(f"predict_prepared: this PreparedImage was made by another model ({prepared.model!r}), not {self!r}")
+        t_ready = time.perf_counter_ns()
+        return self._finish(
+            dict(prepared.feeds),
+            t_ready - prepared.preprocess_ns - prepared.validate_ns,
+            t_ready,
+            top_k,
+            prepared.transform,
+            pre_ns=prepared.preprocess_ns,
+        )
+
+    def _decode_outputs(self, outs: Mapping[str, np.ndarray], top_k: int | None, transform: Any) -> Any:
+        if self._cls_output is not None:
+            dec = self.manifest.decoder
+            return decode_classification(outs[self._cls_output], self._labels, top_k=top_k or dec.top_k, apply_softmax=dec.softmax)
+        if self._decode_other is not None:
+            return self._decode_other(outs, transform)
+        return None
 
     def _finish(
         self,
@@ -272,12 +320,7 @@ class Model:
     ) -> Result:
         outs = self._session.run(feeds)
         t2 = time.perf_counter_ns()
-        decoded: Any = None
-        if self._cls_output is not None:
-            dec = self.manifest.decoder
-            decoded = decode_classification(outs[self._cls_output], self._labels, top_k=top_k or dec.top_k, apply_softmax=dec.softmax)
-        elif self._decode_other is not None:
-            decoded = self._decode_other(outs, transform)
+        decoded = self._decode_outputs(outs, top_k, transform)
         t3 = time.perf_counter_ns()
         vid, backend, name, version, sha = self._meta
         return Result(

@@ -23,11 +23,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import shutil
 import stat
-import tarfile
-import tempfile
-import zipfile
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -848,6 +844,9 @@ def _safe_member_name(name: str, archive: Path) -> PurePosixPath:
 
 def _archive_members(archive: Path, stack: ExitStack) -> list[tuple[str, str, int, Callable[[], IO[bytes]]]]:
     """(name, kind 'file'|'dir'|'link'|'other', size, opener) for every member."""
+    import tarfile
+    import zipfile
+
     out: list[tuple[str, str, int, Callable[[], IO[bytes]]]] = []
     if _archive_kind(archive) == "zip":
         zf = stack.enter_context(zipfile.ZipFile(archive))
@@ -869,6 +868,10 @@ def _extract_archive(archive: Path, dest: Path) -> None:
     Raises UnsafePackageError for absolute or '..' names, links, device files,
     too many members or too many bytes; ModelFormatError for a corrupt archive.
     """
+    import shutil
+    import tarfile
+    import zipfile
+
     kind = _archive_kind(archive)
     if kind is None:
         raise ModelFormatError(f"{archive.name}: not a package folder, .zip or .tar archive")
@@ -961,6 +964,9 @@ class ModelPackage:
             dest = cache / "packages" / digest
             done = dest / ".complete"
             if not done.exists():
+                import shutil
+                import tempfile
+
                 tmp = Path(tempfile.mkdtemp(prefix=".extract-", dir=_mkdirs(cache / "packages")))
                 try:
                     _extract_archive(source, tmp)

@@ -179,6 +179,31 @@ def test_predict_image_color_order_and_errors(demo_package: Path) -> None:
             m.predict(np.zeros((1, 3, 31, 32), np.float32))
 
 
+def test_prepare_then_predict_prepared_is_predict_image(demo_package: Path) -> None:
+    from edge_sdk.assets import demo_samples
+    from edge_sdk.processing.image import load_image_bgr
+
+    bgr = load_image_bgr(demo_samples()[1])
+    with edge_sdk.load(demo_package, "generic-x86_64", variant="fp32-onnx") as m, edge_sdk.load(
+        demo_package, "generic-x86_64", variant="fp32-tflite"
+    ) as other:
+        prepared = m.prepare_image(bgr, color="BGR")
+        assert isinstance(prepared, edge_sdk.PreparedImage) and prepared.model is m
+        assert prepared.preprocess_ns > 0 and prepared.validate_ns >= 0
+        a, b = m.predict_prepared(prepared), m.predict_image(bgr, color="BGR")
+        np.testing.assert_array_equal(a.outputs["logits"], b.outputs["logits"])
+        assert a.top1 == b.top1 and a.transform == b.transform
+        t = a.timings
+        assert t.preprocess_ms > 0 and t.total_ms >= t.preprocess_ms + t.inference_ms
+        assert m.predict_prepared(prepared).top1 == a.top1  # reusable
+        with pytest.raises(errors.InputError, match="made by another model"):
+            other.predict_prepared(prepared)
+        with pytest.raises(errors.InputError, match="expected a PreparedImage"):
+            m.predict_prepared({"image": prepared.feeds})
+        with pytest.raises(errors.ImageError, match="HxWx3"):
+            m.prepare_image(np.zeros((4, 4, 5), np.uint8))
+
+
 # (resize mode, source shape, expected transform scale, pad)
 RESIZE = [
     ("stretch", (40, 80), (32 / 80, 32 / 40), (0.0, 0.0)),

@@ -102,7 +102,7 @@ def run_bounded(p: VisionPipeline, timeout: float = JOIN_S):
 def assert_accounted(c, *, done: bool = False) -> None:
     assert c.unaccounted == 0, c
     assert c.frames_in == c.processed + c.dropped_total + c.in_flight, c
-    assert min(c.waiting, c.queued, c.inferring, c.emitting) >= 0, c
+    assert min(c.preparing, c.waiting, c.queued, c.inferring, c.emitting) >= 0, c
     if done:
         assert c.in_flight == 0, c
 
@@ -177,6 +177,78 @@ def test_block_policy_on_a_video_file_processes_every_frame_in_order(model, tmp_
     assert all(b > a for a, b in zip(src_ts, src_ts[1:]))  # video positions
     assert all(r.latency_ms >= 0 and r.frame.color == "BGR" for r in out.results)
     assert p.state.value == "stopped" and p.source.state.value == "closed"
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_preprocessing_on_the_capture_thread_gives_the_worker_path_results(model, tmp_path, workers) -> None:
+    imgs, labels = shapes(20, seed=4)
+    path = write_video(tmp_path / "prep.avi", imgs)
+    runs = {}
+    for mode in ("capture", "worker"):
+        out = Collect()
+        p = VisionPipeline(model, str(path), PipelineOptions(preprocess=mode, workers=workers, queue_size=2), sinks=[out])
+        assert p.preprocess == mode
+        c = run_bounded(p)
+        assert_accounted(c, done=True)
+        assert (c.frames_in, c.processed, c.dropped_total) == (20, 20, 0)
+        assert out.indices == list(range(20))
+        runs[mode] = out.results
+    for a, b in zip(runs["capture"], runs["worker"]):
+        np.testing.assert_array_equal(a.result.outputs["logits"], b.result.outputs["logits"])
+        assert a.result.timings.preprocess_ms > 0 and a.result.timings.total_ms >= a.result.timings.inference_ms
+    assert [r.result.top1.label for r in runs["capture"]] == labels
+
+
+def test_preprocess_auto_gives_capture_a_core_of_its_own_and_needs_the_split_api(model, monkeypatch) -> None:
+    import edge_sdk.pipelines.vision as vision
+
+    src = lambda: SyntheticSource([np.zeros((8, 8, 3), np.uint8)])  # noqa: E731
+    threads = model.session.info.threads
+    monkeypatch.setattr(vision.os, "sched_getaffinity", lambda pid: set(range(threads + 1)), raising=False)
+    assert VisionPipeline(model, src()).preprocess == "capture"  # a core left for the capture thread
+    assert VisionPipeline(model, src(), PipelineOptions(workers=2)).preprocess == "worker"  # 2 x threads > threads + 1 CPUs
+    monkeypatch.setattr(vision.os, "sched_getaffinity", lambda pid: set(range(threads)), raising=False)
+    assert VisionPipeline(model, src()).preprocess == "worker"  # inference threads fill the CPUs
+    assert VisionPipeline(model, src(), PipelineOptions(preprocess="capture")).preprocess == "capture"
+    assert VisionPipeline(SlowModel(model, 0), src(), PipelineOptions(preprocess="capture")).preprocess == "worker"  # no split API
+    with pytest.raises(ValueError, match="preprocess: expected one of"):
+        PipelineOptions(preprocess="gpu")
+
+
+def test_a_frame_that_fails_preprocessing_on_the_capture_thread_is_an_error_drop(model) -> None:
+    imgs = [np.full((32, 32, 3), i, np.uint8) for i in range(10)]
+    imgs[4] = np.zeros((32, 32, 1), np.uint8)  # grey: a valid frame, refused by color='BGR' preprocessing
+    seen: list[int] = []
+
+    class Counting:  # the real model's split API, watching the preparing counter
+        def __init__(self) -> None:
+            self.p: VisionPipeline | None = None
+            self.session = model.session
+
+        def prepare_image(self, image, *, color="RGB"):
+            c = self.p.counters()
+            assert c.preparing == 1 and c.unaccounted == 0, c
+            seen.append(c.frames_in)
+            if image.shape[2] == 1:
+                raise edge_sdk.errors.ImageError("expected 3 channels for this test")
+            return model.prepare_image(image, color=color)
+
+        def predict_prepared(self, prepared, **kw):
+            return model.predict_prepared(prepared, **kw)
+
+        def predict_image(self, image, **kw):  # pragma: no cover - not used with preprocess="capture"
+            raise AssertionError("the capture path must not call predict_image")
+
+    errors, drops, out = [], [], Collect()
+    m = Counting()
+    p = VisionPipeline(m, SyntheticSource(imgs), PipelineOptions(preprocess="capture"), sinks=[out], on_error=lambda e, f: errors.append(f.index), on_drop=drops.append)
+    m.p = p
+    c = run_bounded(p)
+    assert_accounted(c, done=True)
+    assert seen == list(range(1, 11))  # counted in frames_in while being prepared
+    assert c.dropped["error"] == 1 and c.processed == 9 and errors == [4]
+    assert [(d.index, d.reason) for d in drops] == [(4, "error")] and "ImageError" in drops[0].detail
+    assert out.indices == [i for i in range(10) if i != 4]
 
 
 def test_several_workers_finish_out_of_order_but_sinks_see_frame_order_on_one_thread(model) -> None:

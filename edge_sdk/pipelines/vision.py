@@ -12,8 +12,18 @@
 Stages::
 
     capture thread --> bounded queue --> inference worker(s) --> reorder --> output thread --> sinks
-    (source.read,      (drop policy)     (model.predict_image,             (one thread, frame order)
-     rate limit)                          GIL released in the runtime)
+    (source.read,      (drop policy)     (model.predict_prepared,          (one thread, frame order)
+     rate limit,                          GIL released in the runtime)
+     model.prepare_image)
+
+Preprocessing (``PipelineOptions.preprocess``): "capture" runs ``model.prepare_image`` (resize,
+colour, normalise, layout, validation) on the capture thread, so frame k+1 is decoded and
+preprocessed while frame k is inferred; "worker" runs the whole ``predict_image`` on the inference
+worker. "auto" (default) picks "capture" when the CPUs outnumber the inference threads
+(``model.session.info.threads`` x ``workers``), so the capture thread has a core of its own, and
+"worker" otherwise: measured on 2 cores (docs/benchmarks.md), "capture" made a 1-thread model 1.25x
+faster and a 2-thread one 0.92x as fast. A model without ``prepare_image``/``predict_prepared``
+always gets "worker". For a pipeline on N cores, load the model with ``threads = N - 1``.
 
 Drop policies (``PipelineOptions.drop_policy``), applied when a frame arrives and the queue is
 full:
@@ -77,6 +87,7 @@ DROP_POLICIES = ("latest", "block", "drop_oldest", "drop_newest")
 DROP_REASONS = ("queue_full", "evicted", "rate_limit", "decode_error", "invalid_frame", "error", "shutdown")
 RATE_MODES = ("auto", "drop", "throttle")
 STOP_MODES = ("drain", "discard")
+PREPROCESS_MODES = ("auto", "capture", "worker")
 
 
 def _now_ms() -> float:
@@ -95,7 +106,9 @@ class PipelineOptions:
     "drain" (stop reading, finish every frame already read) or "discard" (drop them with reason
     "shutdown"; frames already inferring still finish and reach the sinks). ``top_k``: passed to
     predict_image (None: the manifest's). ``join_timeout_s``: how long ``close()``/``run()`` wait
-    for the threads after a stop before raising PipelineError.
+    for the threads after a stop before raising PipelineError. ``preprocess``: "capture" (prepare
+    each frame on the capture thread, overlapping inference) or "worker" (inside the inference
+    worker, as one ``predict_image`` call) or "auto" (see the module docs).
     """
 
     drop_policy: str | None = None
@@ -106,6 +119,7 @@ class PipelineOptions:
     stop_mode: str = "drain"
     top_k: int | None = None
     join_timeout_s: float = 30.0
+    preprocess: str = "auto"
 
     def __post_init__(self) -> None:
         if self.drop_policy is not None and self.drop_policy not in DROP_POLICIES:
@@ -125,6 +139,8 @@ class PipelineOptions:
             raise ValueError(f"rate_mode: expected one of {RATE_MODES}, got {self.rate_mode!r}")
         if self.stop_mode not in STOP_MODES:
             raise ValueError(f"stop_mode: expected one of {STOP_MODES}, got {self.stop_mode!r}")
+        if self.preprocess not in PREPROCESS_MODES:
+            raise ValueError(f"preprocess: expected one of {PREPROCESS_MODES}, got {self.preprocess!r}")
         if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 1):
             raise ValueError(f"top_k: expected an int >= 1 or None, got {self.top_k!r}")
         if not (math.isfinite(self.join_timeout_s) and self.join_timeout_s > 0):
@@ -152,8 +168,9 @@ class FrameResult:
 class PipelineCounters:
     """A consistent snapshot of a pipeline's frame accounting (copied under the pipeline lock).
 
-    In-flight stages: ``waiting`` (read, waiting for queue room; "block" only), ``queued``,
-    ``inferring``, ``emitting`` (inferred, waiting for or inside the sinks).
+    In-flight stages: ``preparing`` (read, being preprocessed on the capture thread), ``waiting``
+    (prepared, waiting for queue room; "block" only), ``queued``, ``inferring``, ``emitting``
+    (inferred, waiting for or inside the sinks).
     ``max_queue_depth``: the most frames the queue ever held. ``sink_errors``: exceptions raised by
     sinks (those frames still count as processed).
     """
@@ -168,11 +185,12 @@ class PipelineCounters:
     max_queue_depth: int
     sink_errors: int
     state: str
+    preparing: int = 0
     timestamp_ms: float = field(default_factory=_now_ms)
 
     @property
     def in_flight(self) -> int:
-        return self.waiting + self.queued + self.inferring + self.emitting
+        return self.preparing + self.waiting + self.queued + self.inferring + self.emitting
 
     @property
     def dropped_total(self) -> int:
@@ -193,6 +211,20 @@ class PipelineState(str, enum.Enum):
     RUNNING = "running"
     STOPPING = "stopping"
     STOPPED = "stopped"
+
+
+def _preprocess_mode(requested: str, model: Any, workers: int) -> str:
+    """"capture" or "worker" for PipelineOptions.preprocess (see the module docs)."""
+    if not (callable(getattr(model, "prepare_image", None)) and callable(getattr(model, "predict_prepared", None))):
+        return "worker"
+    if requested != "auto":
+        return requested
+    try:
+        threads = int(model.session.info.threads)
+    except (AttributeError, TypeError, ValueError):
+        threads = 1
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return "capture" if threads * workers < cpus else "worker"
 
 
 class VisionPipeline:
@@ -237,14 +269,16 @@ class VisionPipeline:
         self._on_error = on_error
         self._on_drop = on_drop
         self._predict_kw = {"top_k": opts.top_k} if opts.top_k is not None else {}
+        self.preprocess = _preprocess_mode(opts.preprocess, model, opts.workers)
 
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._state = PipelineState.NEW
-        self._queue: deque[Frame] = deque()
+        self._queue: deque[tuple[Frame, Any]] = deque()  # (frame, prepared or None)
         self._frames_in = 0
         self._processed = 0
         self._dropped = dict.fromkeys(DROP_REASONS, 0)
+        self._preparing = 0
         self._waiting = 0
         self._inferring = 0
         self._emitting = 0
@@ -255,7 +289,7 @@ class VisionPipeline:
         self._capture_done = False
         self._workers_alive = 0
         self._next_take = 0  # order number given to a frame when a worker takes it
-        self._done: dict[int, FrameResult | None] = {}  # finished, by order number (None: failed)
+        self._done: dict[int, tuple[Frame, Any, float] | None] = {}  # (frame, result, done ms) by order number (None: failed)
         self._out_capacity = 2 * opts.workers
         self._stop_event = threading.Event()
         self._finished = threading.Event()
@@ -319,7 +353,7 @@ class VisionPipeline:
                 if mode == "discard" and not self._discard:
                     self._discard = True
                     while self._queue:
-                        f = self._queue.popleft()
+                        f, _ = self._queue.popleft()
                         drops.append(self._drop_locked(f.index, "shutdown", "discarded by stop()"))
                 self._cond.notify_all()
         self._stop_event.set()
@@ -379,10 +413,11 @@ class VisionPipeline:
                 max_queue_depth=self._max_depth,
                 sink_errors=self._sink_errors,
                 state=self._state.value,
+                preparing=self._preparing,
             )
 
     def __repr__(self) -> str:
-        return f"VisionPipeline({self.source!r}, policy={self.drop_policy!r}, workers={self.options.workers}, {self._state.value})"
+        return f"VisionPipeline({self.source!r}, policy={self.drop_policy!r}, workers={self.options.workers}, preprocess={self.preprocess!r}, {self._state.value})"
 
     # -- accounting helpers (call with the lock held) ------------------------------------------------
 
@@ -416,6 +451,7 @@ class VisionPipeline:
         tolerance_ms = 0.0 if self.throttle else (interval_ms or 0.0) * 0.2  # camera jitter
         next_due_ms: float | None = None
         error: BaseException | None = None
+        prepare = self.model.prepare_image if self.preprocess == "capture" else None
         try:
             while not self._stop_reading:
                 if self.throttle and next_due_ms is not None:
@@ -440,7 +476,22 @@ class VisionPipeline:
                         self._report_drops([d])
                         continue
                     next_due_ms = (ts if next_due_ms is None else max(next_due_ms, ts - tolerance_ms)) + interval_ms
-                self._admit(item)
+                if prepare is None:
+                    self._admit(item, None)
+                    continue
+                with self._lock:
+                    self._frames_in += 1
+                    self._preparing += 1
+                try:
+                    prepared = prepare(item.image, color=item.color)
+                except Exception as e:
+                    with self._lock:
+                        self._preparing -= 1
+                        d = self._drop_locked(item.index, "error", f"frame {item.index}: {type(e).__name__}: {e}")
+                    self._report_error(e, item)
+                    self._report_drops([d])
+                    continue
+                self._admit(item, prepared, counted=True)
         except BaseException as e:  # a failed source ends the capture; run() raises it
             error = e
         finally:
@@ -454,27 +505,33 @@ class VisionPipeline:
                     self._error = error
                 self._cond.notify_all()
 
-    def _admit(self, frame: Frame) -> None:
+    def _admit(self, frame: Frame, prepared: Any, counted: bool = False) -> None:
+        """Queue ``(frame, prepared)`` under the drop policy. ``counted``: frames_in was
+        already incremented (and ``preparing`` is released here)."""
         drops: list[FrameDrop] = []
         q, cap = self._queue, self.options.queue_size
+        item = (frame, prepared)
         with self._cond:
-            self._frames_in += 1
+            if counted:
+                self._preparing -= 1
+            else:
+                self._frames_in += 1
             policy = self.drop_policy
             if self._discard:
                 drops.append(self._drop_locked(frame.index, "shutdown", "discarded by stop()"))
             elif policy == "latest":
                 while q:
-                    old = q.popleft()
+                    old = q.popleft()[0]
                     drops.append(self._drop_locked(old.index, "evicted", f"replaced by newer frame {frame.index}"))
-                q.append(frame)
+                q.append(item)
             elif len(q) < cap:
-                q.append(frame)
+                q.append(item)
             elif policy == "drop_newest":
                 drops.append(self._drop_locked(frame.index, "queue_full", f"queue full ({cap} frames)"))
             elif policy == "drop_oldest":
-                old = q.popleft()
+                old = q.popleft()[0]
                 drops.append(self._drop_locked(old.index, "evicted", f"queue full ({cap} frames), oldest evicted"))
-                q.append(frame)
+                q.append(item)
             else:  # block: back-pressure the source
                 self._waiting += 1
                 while len(q) >= cap and not self._discard:
@@ -483,7 +540,7 @@ class VisionPipeline:
                 if self._discard:
                     drops.append(self._drop_locked(frame.index, "shutdown", "discarded by stop()"))
                 else:
-                    q.append(frame)
+                    q.append(item)
             if len(q) > self._max_depth:
                 self._max_depth = len(q)
             self._cond.notify_all()
@@ -491,6 +548,7 @@ class VisionPipeline:
 
     def _worker_loop(self) -> None:
         predict = self.model.predict_image
+        predict_prepared = self.model.predict_prepared if self.preprocess == "capture" else None
         kw = self._predict_kw
         try:
             while True:
@@ -499,17 +557,19 @@ class VisionPipeline:
                         if not self._queue and self._capture_done:
                             return
                         self._cond.wait()
-                    frame = self._queue.popleft()
+                    frame, prepared = self._queue.popleft()
                     seq = self._next_take
                     self._next_take += 1
                     self._inferring += 1
                     self._cond.notify_all()  # room in the queue
                 err: Exception | None = None
-                fr: FrameResult | None = None
+                fr: tuple[Frame, Any, float] | None = None
                 try:
-                    result = predict(frame.image, color=frame.color, **kw)
-                    t = _now_ms()
-                    fr = FrameResult(frame.index, frame.timestamp_ms, result, t - frame.timestamp_ms, frame)
+                    if prepared is not None:
+                        result = predict_prepared(prepared, **kw)  # type: ignore[misc]
+                    else:
+                        result = predict(frame.image, color=frame.color, **kw)
+                    fr = (frame, result, _now_ms())
                 except Exception as e:
                     err = e
                 drop = None
@@ -538,10 +598,12 @@ class VisionPipeline:
                         if self._workers_alive == 0:
                             return
                         self._cond.wait()
-                    fr = self._done.pop(next_seq)
+                    done = self._done.pop(next_seq)
                 next_seq += 1
-                if fr is None:
+                if done is None:
                     continue
+                frame, result, t_done = done
+                fr = FrameResult(frame.index, frame.timestamp_ms, result, t_done - frame.timestamp_ms, frame)
                 failures: list[BaseException] = []
                 for sink in self.sinks:
                     try:
