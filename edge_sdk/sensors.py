@@ -2,13 +2,19 @@
 
 This is discovery for ``edge-sdk profile``: thermal zones, hwmon chips,
 power supplies (batteries), INA3221 power monitors (Jetson) and Intel RAPL.
-Values are read once; units are in the field names.
+Values are read once; units are in the field names. Thermal zones and INA3221
+rails use the parsers of :mod:`edge_sdk.budget.sensors` (a zone reading -256 C
+or garbage has ``value=None``; "sum of shunt voltages" and "NC" channels are
+skipped; both JetPack layouts are read). The continuous reader for the budgets
+is :class:`edge_sdk.budget.sensors.SensorReader`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+
+from edge_sdk.budget.sensors import read_ina3221, read_thermal_zones
 
 
 @dataclass(frozen=True)
@@ -38,9 +44,8 @@ def scan(root: str | Path = "/") -> list[SensorReading]:
     """Every sensor found under ``root`` (``/`` on a real device)."""
     r = Path(root)
     out: list[SensorReading] = []
-    for z in sorted((r / "sys/class/thermal").glob("thermal_zone*")):
-        t = _num(_read(z / "temp"))
-        out.append(SensorReading("thermal", _read(z / "type") or z.name, str(z), None if t is None else t / 1000.0, "temp_c"))
+    zones, _ = read_thermal_zones(r)
+    out += [SensorReading("thermal", z.name, z.path, z.temp_c, "temp_c") for z in zones]
     for h in sorted((r / "sys/class/hwmon").glob("hwmon*")):
         name = _read(h / "name") or h.name
         for t in sorted(h.glob("temp*_input")):
@@ -49,15 +54,8 @@ def scan(root: str | Path = "/") -> list[SensorReading]:
     for ps in sorted((r / "sys/class/power_supply").glob("*")):
         if _read(ps / "type") == "Battery":
             out.append(SensorReading("battery", ps.name, str(ps), _num(_read(ps / "capacity")), "percent"))
-    for dev in sorted((r / "sys/bus/i2c/devices").glob("*")):
-        if (_read(dev / "name") or "").startswith("ina3221"):
-            for lab in sorted(dev.glob("hwmon/hwmon*/in*_label")):
-                k = lab.name[2:-6]  # in<K>_label
-                mv, ma = _num(_read(lab.parent / f"in{k}_input")), _num(_read(lab.parent / f"curr{k}_input"))
-                watts = mv * ma / 1e6 if mv is not None and ma is not None else None  # mV * mA -> W
-                out.append(SensorReading("ina3221", _read(lab) or lab.name, str(lab.parent), watts, "power_w"))
-            for lab in sorted(dev.glob("iio:device*/rail_name_*")):
-                out.append(SensorReading("ina3221", _read(lab) or lab.name, str(lab.parent), None, "rail"))
+    rails, _ = read_ina3221(r)
+    out += [SensorReading("ina3221", rail.name, rail.path, rail.power_w, "power_w") for rail in rails]
     for z in sorted((r / "sys/class/powercap").glob("intel-rapl:*")):
         if (z / "energy_uj").exists():
             out.append(SensorReading("rapl", _read(z / "name") or z.name, str(z), _num(_read(z / "energy_uj")), "energy_uj"))

@@ -55,8 +55,9 @@ class TempReading:
 
 @dataclass(frozen=True)
 class RailReading:
-    """One power rail. ``source``: "ina3221-hwmon", "ina3221-iio", "pmic" (Pi 5), "rapl".
-    Any of voltage/current/power may be None when that file is missing or unreadable."""
+    """One power rail. ``source``: "ina3221-hwmon", "ina3221-iio", "pmic" (Pi 5), "rapl", "vcgencmd"
+    (Pi 4 ``measure_volts``: voltage only). Any of voltage/current/power may be None when that file
+    is missing or unreadable."""
 
     source: str
     name: str
@@ -81,7 +82,8 @@ class SensorSnapshot:
     the CPU/SoC zones), None when no zone could be read. ``board_power_w``: total board/module
     power (a VDD_IN / POM_5V_IN rail, else the sum of rails, else the Pi 5 PMIC estimate), None
     when not readable. ``unknown``: ``what -> why`` for every sensor the device should have but
-    that could not be read this time."""
+    that could not be read this time. ``board_power_source``: where ``board_power_w`` came from
+    (e.g. "rail VDD_IN", "sum of 3 ina3221 rails", "rapl package-0"), None when it is None."""
 
     timestamp_ms: float
     temp_c: float | None
@@ -93,6 +95,7 @@ class SensorSnapshot:
     cpu_freq_mhz: float | None = None
     cpu_util_pct: float | None = None
     unknown: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    board_power_source: str | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -100,6 +103,7 @@ class SensorSnapshot:
             "temp_c": self.temp_c,
             "temps": [{"source": t.source, "name": t.name, "path": t.path, "temp_c": t.temp_c, "trips_c": dict(t.trips_c)} for t in self.temps],
             "board_power_w": self.board_power_w,
+            "board_power_source": self.board_power_source,
             "rails": [
                 {"source": r.source, "name": r.name, "path": r.path, "voltage_v": r.voltage_v, "current_a": r.current_a, "power_w": r.power_w}
                 for r in self.rails
