@@ -20,6 +20,9 @@ product, int8 can be slower than fp32). When the best precision is offered by
 more than one backend, the tie is ``measurable``: :mod:`edge_sdk.model` times
 both on this device and records the result (``Selection.with_measurement``).
 A forced variant skips the ranking but not rules 1 and 3.
+
+:func:`lighter_variants` answers the budget governor's question "what could this device run
+instead that costs less?" with the same rules 1-5 (see its docs for the ordering).
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from .profiles import DeviceProfile
 MEMORY_FACTOR = 2.0
 SLOWER_MARGIN = 1.03  # measured over 3 % slower than the reference counts as slower (run-to-run noise is ~1-2 %)
 MiB = 1024 * 1024
+#: Bits per weight of each precision: the cost order of :func:`lighter_variants` without measurements.
+PRECISION_BITS = {"fp32": 32, "fp16": 16, "int8": 8, "int4": 4}
 
 
 @dataclass(frozen=True)
@@ -234,3 +239,66 @@ def select_variant(
     best = replace(best, reasons=best.reasons + ("best rank (precision, backend) among accepted variants",))
     cands = tuple(best if c.variant_id == best.variant_id else c for c in cands)
     return Selection(best, cands, profile.name, memory_budget_mb=memory_budget_mb)
+
+
+def lighter_variants(
+    manifest: Manifest,
+    current_variant_id: str,
+    profile: DeviceProfile,
+    available_backends: Mapping[str, BackendStatus] | None = None,
+    *,
+    memory_budget_mb: float | None = None,
+    min_cosine: float | None = None,
+) -> list[str]:
+    """The ids of the variants that cost less than ``current_variant_id`` on ``profile``,
+    mildest step first and the lightest last (the last resort): e.g. from fp32, fp16 (when the
+    profile lists it), then int8, then int4.
+
+    Eligibility is :func:`select_variant`'s rules 1-5 (backend available, precision in the
+    profile, fits ``memory_budget_mb``, meets ``min_cosine``, passed its quality gate);
+    ``available_backends`` defaults to probing the runtimes the package uses.
+
+    Cost, in this order:
+
+    - measured: when the current variant and every eligible other one have a batch-1 latency
+      measured on this profile (``variant.benchmarks``), a variant is lighter when it was measured
+      faster than the current one by more than the noise margin (``SLOWER_MARGIN``); they are
+      ordered slowest first (the smallest step down), then by the profile's backend order.
+    - otherwise by bits per weight (:data:`PRECISION_BITS`): a variant with fewer bits than the
+      current one is lighter, unless it was measured on this profile more than ``SLOWER_MARGIN``
+      slower than the reference (int8 on an Arm core without dot product: fewer bits, more busy
+      time). Ordered by bits, most first; within one precision by the profile's backend order,
+      then the smaller file (``size_bytes``). A variant with the same precision on another
+      backend is an alternative, not a lighter one.
+
+    Raises SelectionError when ``current_variant_id`` is not in the package.
+    """
+    by_id = {v.id: v for v in manifest.variants}
+    if current_variant_id not in by_id:
+        raise SelectionError(f"variant {current_variant_id!r} is not in package {manifest.name}; it has {list(by_id)}")
+    if available_backends is None:
+        from .backends.base import backend_status
+
+        available_backends = {b: backend_status(b) for b in sorted({v.backend for v in manifest.variants})}
+    current = by_id[current_variant_id]
+    ok = [
+        c
+        for c in (_judge(v, profile, available_backends, memory_budget_mb, min_cosine) for v in manifest.variants if v.id != current.id)
+        if c.accepted
+    ]
+    meas = {c.variant_id: _measured(by_id[c.variant_id], profile.name) for c in ok}
+    cur_m = _measured(current, profile.name)
+    if cur_m is not None and ok and all(m is not None for m in meas.values()):
+        lat = {k: m.latency_ms for k, m in meas.items() if m is not None}
+        lighter = [c for c in ok if lat[c.variant_id] * SLOWER_MARGIN < cur_m.latency_ms]
+        lighter.sort(key=lambda c: (-lat[c.variant_id], c.rank[1], by_id[c.variant_id].total_size, c.variant_id))
+        return [c.variant_id for c in lighter]
+    cur_bits = PRECISION_BITS[current.precision]
+
+    def slower_than_reference(vid: str) -> bool:
+        m = meas[vid]
+        return m is not None and m.reference_latency_ms is not None and m.latency_ms > m.reference_latency_ms * SLOWER_MARGIN
+
+    lighter = [c for c in ok if PRECISION_BITS[c.precision] < cur_bits and not slower_than_reference(c.variant_id)]
+    lighter.sort(key=lambda c: (-PRECISION_BITS[c.precision], c.rank[1], by_id[c.variant_id].total_size, c.variant_id))
+    return [c.variant_id for c in lighter]

@@ -39,6 +39,27 @@ full:
 "rate_limit", and a non-live source (file, folder) is throttled instead: it is read no faster
 than ``max_fps`` and nothing is dropped. ``"drop"`` / ``"throttle"`` force one behaviour.
 
+Control while running (thread-safe; what the budget governor acts through, see
+:mod:`edge_sdk.budget.governor`). Each takes effect at the next frame the capture thread reads or
+a worker takes; frames already past that point are not touched:
+
+- :meth:`VisionPipeline.set_max_fps` changes the rate limit (None: unlimited) under the same
+  drop/throttle rule as ``max_fps``; a throttle wait in progress is cut short and re-timed from
+  the last frame that passed the limit.
+- :meth:`VisionPipeline.pause` / :meth:`VisionPipeline.resume`: while paused, a live source is
+  still read (a camera must be drained) and each frame is dropped with reason "paused" (counted in
+  ``frames_in``); a non-live source is not read at all (nothing is dropped, nothing is lost).
+  Frames already queued are still inferred. ``stop()`` ends a paused pipeline as promptly as a
+  running one. ``PipelineOptions.priority`` ("normal" or "low") tells the governor which
+  pipelines it may pause.
+- :meth:`VisionPipeline.swap_model`: frames a worker takes after the call run on the new model;
+  frames already inferring finish on the old one. With preprocess="capture", a frame prepared
+  for the old model but taken after the swap is prepared again for the new one on the worker
+  (``reprepared`` counts them): a prepared tensor belongs to the model that made it (its size,
+  layout and dtype may differ), and the old model may be closed right after the swap.
+  :meth:`VisionPipeline.wait_model_idle` waits until no frame is inferring on a model, so a caller
+  can close it safely. The pipeline never closes a model.
+
 Order: results reach the sinks in frame-index order, on one thread. With ``workers > 1``, frames
 are inferred concurrently and may finish out of order; a reorder buffer holds a finished result
 until every earlier frame has finished (or failed), so a slow frame delays the ones behind it.
@@ -84,14 +105,24 @@ __all__ = ["DROP_POLICIES", "DROP_REASONS", "FrameResult", "PipelineCounters", "
 _log = logging.getLogger(__name__)
 
 DROP_POLICIES = ("latest", "block", "drop_oldest", "drop_newest")
-DROP_REASONS = ("queue_full", "evicted", "rate_limit", "decode_error", "invalid_frame", "error", "shutdown")
+DROP_REASONS = ("queue_full", "evicted", "rate_limit", "decode_error", "invalid_frame", "error", "shutdown", "paused")
 RATE_MODES = ("auto", "drop", "throttle")
 STOP_MODES = ("drain", "discard")
 PREPROCESS_MODES = ("auto", "capture", "worker")
+PRIORITIES = ("normal", "low")
 
 
 def _now_ms() -> float:
     return time.monotonic_ns() / 1e6
+
+
+def _check_fps(fps: Any) -> None:
+    if fps is not None and not (isinstance(fps, (int, float)) and not isinstance(fps, bool) and math.isfinite(fps) and fps > 0):
+        raise ValueError(f"max_fps: expected a number > 0 or None, got {fps!r}")
+
+
+def _has_split_api(model: Any) -> bool:
+    return callable(getattr(model, "prepare_image", None)) and callable(getattr(model, "predict_prepared", None))
 
 
 @dataclass(frozen=True)
@@ -108,7 +139,8 @@ class PipelineOptions:
     predict_image (None: the manifest's). ``join_timeout_s``: how long ``close()``/``run()`` wait
     for the threads after a stop before raising PipelineError. ``preprocess``: "capture" (prepare
     each frame on the capture thread, overlapping inference) or "worker" (inside the inference
-    worker, as one ``predict_image`` call) or "auto" (see the module docs).
+    worker, as one ``predict_image`` call) or "auto" (see the module docs). ``priority``: "normal"
+    or "low"; the budget governor's PauseLowPriority action pauses "low" pipelines under load.
     """
 
     drop_policy: str | None = None
@@ -120,6 +152,7 @@ class PipelineOptions:
     top_k: int | None = None
     join_timeout_s: float = 30.0
     preprocess: str = "auto"
+    priority: str = "normal"
 
     def __post_init__(self) -> None:
         if self.drop_policy is not None and self.drop_policy not in DROP_POLICIES:
@@ -128,19 +161,15 @@ class PipelineOptions:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= hi:
                 raise ValueError(f"{name}: expected an int in [1, {hi}], got {v!r}")
-        if self.max_fps is not None and not (
-            isinstance(self.max_fps, (int, float))
-            and not isinstance(self.max_fps, bool)
-            and math.isfinite(self.max_fps)
-            and self.max_fps > 0
-        ):
-            raise ValueError(f"max_fps: expected a number > 0 or None, got {self.max_fps!r}")
+        _check_fps(self.max_fps)
         if self.rate_mode not in RATE_MODES:
             raise ValueError(f"rate_mode: expected one of {RATE_MODES}, got {self.rate_mode!r}")
         if self.stop_mode not in STOP_MODES:
             raise ValueError(f"stop_mode: expected one of {STOP_MODES}, got {self.stop_mode!r}")
         if self.preprocess not in PREPROCESS_MODES:
             raise ValueError(f"preprocess: expected one of {PREPROCESS_MODES}, got {self.preprocess!r}")
+        if self.priority not in PRIORITIES:
+            raise ValueError(f"priority: expected one of {PRIORITIES}, got {self.priority!r}")
         if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 1):
             raise ValueError(f"top_k: expected an int >= 1 or None, got {self.top_k!r}")
         if not (math.isfinite(self.join_timeout_s) and self.join_timeout_s > 0):
@@ -172,7 +201,9 @@ class PipelineCounters:
     (prepared, waiting for queue room; "block" only), ``queued``, ``inferring``, ``emitting``
     (inferred, waiting for or inside the sinks).
     ``max_queue_depth``: the most frames the queue ever held. ``sink_errors``: exceptions raised by
-    sinks (those frames still count as processed).
+    sinks (those frames still count as processed). ``reprepared``: frames prepared on the capture
+    thread for a model that was swapped out before a worker took them, so prepared again for the
+    new model (see :meth:`VisionPipeline.swap_model`).
     """
 
     frames_in: int
@@ -186,6 +217,7 @@ class PipelineCounters:
     sink_errors: int
     state: str
     preparing: int = 0
+    reprepared: int = 0
     timestamp_ms: float = field(default_factory=_now_ms)
 
     @property
@@ -215,7 +247,7 @@ class PipelineState(str, enum.Enum):
 
 def _preprocess_mode(requested: str, model: Any, workers: int) -> str:
     """"capture" or "worker" for PipelineOptions.preprocess (see the module docs)."""
-    if not (callable(getattr(model, "prepare_image", None)) and callable(getattr(model, "predict_prepared", None))):
+    if not _has_split_api(model):
         return "worker"
     if requested != "auto":
         return requested
@@ -243,6 +275,9 @@ class VisionPipeline:
     final counters. ``start()`` / ``stop()`` return at once; ``join(timeout)`` waits for the
     threads. A pipeline runs once. As a context manager, leaving it stops (``stop_mode``, or
     "discard" when an exception is propagating) and joins.
+
+    While it runs: :meth:`set_max_fps`, :meth:`pause` / :meth:`resume` and :meth:`swap_model`
+    (see the module docs, "Control while running").
     """
 
     def __init__(
@@ -259,22 +294,25 @@ class VisionPipeline:
         if not callable(getattr(model, "predict_image", None)):
             raise TypeError(f"model: expected an object with predict_image(image, color=...), got {type(model).__name__}")
         self.options = opts = options or PipelineOptions()
-        self.model = model
         self.source = source if isinstance(source, FrameSource) else source_from_uri(source, source_options)
         if self.source.state is SourceState.CLOSED:
             raise PipelineStateError(f"source {self.source.name!r} is closed; a source is read once")
         self.sinks: tuple[Sink, ...] = tuple(s if isinstance(s, Sink) else CallbackSink(s) for s in sinks)
         self.drop_policy = opts.drop_policy or ("latest" if self.source.live else "block")
-        self.throttle = opts.max_fps is not None and (opts.rate_mode == "throttle" or (opts.rate_mode == "auto" and not self.source.live))
+        self._rate_throttles = opts.rate_mode == "throttle" or (opts.rate_mode == "auto" and not self.source.live)
+        self._max_fps: float | None = opts.max_fps
+        self._paused = False
+        self._active: tuple[Any, bool] = (model, _has_split_api(model))  # (model, has prepare_image/predict_prepared)
         self._on_error = on_error
         self._on_drop = on_drop
         self._predict_kw = {"top_k": opts.top_k} if opts.top_k is not None else {}
         self.preprocess = _preprocess_mode(opts.preprocess, model, opts.workers)
+        self._capture_prep = self.preprocess == "capture"
 
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._state = PipelineState.NEW
-        self._queue: deque[tuple[Frame, Any]] = deque()  # (frame, prepared or None)
+        self._queue: deque[tuple[Frame, Any, Any]] = deque()  # (frame, prepared or None, the model that prepared it)
         self._frames_in = 0
         self._processed = 0
         self._dropped = dict.fromkeys(DROP_REASONS, 0)
@@ -284,6 +322,9 @@ class VisionPipeline:
         self._emitting = 0
         self._max_depth = 0
         self._sink_errors = 0
+        self._reprepared = 0
+        self._busy: dict[int, int] = {}  # id(model) -> frames inferring on it
+        self._started_ms: float | None = None
         self._stop_reading = False
         self._discard = False
         self._capture_done = False
@@ -291,7 +332,7 @@ class VisionPipeline:
         self._next_take = 0  # order number given to a frame when a worker takes it
         self._done: dict[int, tuple[Frame, Any, float] | None] = {}  # (frame, result, done ms) by order number (None: failed)
         self._out_capacity = 2 * opts.workers
-        self._stop_event = threading.Event()
+        self._wake = threading.Event()  # set by stop / pause / resume / set_max_fps: the capture thread re-reads them
         self._finished = threading.Event()
         self._threads: list[threading.Thread] = []
         self._error: BaseException | None = None
@@ -301,6 +342,84 @@ class VisionPipeline:
     @property
     def state(self) -> PipelineState:
         return self._state
+
+    @property
+    def model(self) -> Any:
+        """The model workers take new frames to (see :meth:`swap_model`)."""
+        return self._active[0]
+
+    @property
+    def throttle(self) -> bool:
+        """True when the rate limit slows the source down instead of dropping frames (a rate is
+        set and ``rate_mode`` is "throttle", or "auto" on a non-live source)."""
+        return self._rate_throttles and self._max_fps is not None
+
+    @property
+    def max_fps(self) -> float | None:
+        """The rate limit in effect (None: unlimited)."""
+        return self._max_fps
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    @property
+    def processed_fps(self) -> float | None:
+        """Frames handed to the sinks per second since ``start()``; None before the first one."""
+        with self._lock:
+            t0, n = self._started_ms, self._processed
+        if t0 is None or n == 0:
+            return None
+        return n / max((_now_ms() - t0) / 1000.0, 1e-3)
+
+    def set_max_fps(self, fps: float | None) -> None:
+        """Change the rate limit (frames per second, None: unlimited), effective at the next frame
+        read; the drop/throttle rule is ``rate_mode``'s. Thread-safe; allowed in any state."""
+        _check_fps(fps)
+        with self._lock:
+            self._max_fps = None if fps is None else float(fps)
+        self._wake.set()
+
+    def pause(self) -> None:
+        """Stop admitting frames: a live source's frames are dropped with reason "paused", a
+        non-live source is not read until :meth:`resume`. Frames already queued still run.
+        Idempotent and thread-safe."""
+        with self._lock:
+            self._paused = True
+        self._wake.set()
+
+    def resume(self) -> None:
+        """Undo :meth:`pause` (idempotent)."""
+        with self._lock:
+            self._paused = False
+        self._wake.set()
+
+    def swap_model(self, model: Any) -> Any:
+        """Run frames that a worker takes from now on on ``model``; returns the model replaced.
+        Frames already inferring finish on the old model; frames prepared for the old model on
+        the capture thread are prepared again for the new one. The pipeline closes neither
+        (use :meth:`wait_model_idle` before closing the old one). The preprocess mode chosen at
+        construction is kept; a model without the prepare_image/predict_prepared API runs
+        ``predict_image`` on the worker."""
+        if not callable(getattr(model, "predict_image", None)):
+            raise TypeError(f"model: expected an object with predict_image(image, color=...), got {type(model).__name__}")
+        with self._cond:
+            old = self._active[0]
+            self._active = (model, _has_split_api(model))
+            self._cond.notify_all()
+        return old
+
+    def wait_model_idle(self, model: Any, timeout: float | None = None) -> bool:
+        """Wait until no frame is inferring on ``model``; True when none is (False on timeout)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        key = id(model)
+        with self._cond:
+            while self._busy.get(key):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
 
     @property
     def error(self) -> BaseException | None:
@@ -313,6 +432,7 @@ class VisionPipeline:
             if self._state is not PipelineState.NEW:
                 raise PipelineStateError(f"pipeline is {self._state.value}; a pipeline runs once, make a new one")
             self._state = PipelineState.RUNNING
+            self._started_ms = _now_ms()
         try:
             self.source.open()
             for s in self.sinks:
@@ -353,10 +473,10 @@ class VisionPipeline:
                 if mode == "discard" and not self._discard:
                     self._discard = True
                     while self._queue:
-                        f, _ = self._queue.popleft()
+                        f = self._queue.popleft()[0]
                         drops.append(self._drop_locked(f.index, "shutdown", "discarded by stop()"))
                 self._cond.notify_all()
-        self._stop_event.set()
+        self._wake.set()
         self.source.interrupt()
         if close_source:
             self.source.close()
@@ -414,6 +534,7 @@ class VisionPipeline:
                 sink_errors=self._sink_errors,
                 state=self._state.value,
                 preparing=self._preparing,
+                reprepared=self._reprepared,
             )
 
     def __repr__(self) -> str:
@@ -445,19 +566,34 @@ class VisionPipeline:
 
     # -- stages ------------------------------------------------------------------------------------
 
+    def _wait_wake(self, timeout_s: float) -> None:
+        """Sleep up to ``timeout_s`` or until stop / pause / resume / set_max_fps; the caller
+        re-reads them afterwards (the event is cleared before that, so no change is missed)."""
+        self._wake.wait(timeout_s)
+        self._wake.clear()
+
     def _capture_loop(self) -> None:
         src = self.source
-        interval_ms = 1000.0 / self.options.max_fps if self.options.max_fps else None
-        tolerance_ms = 0.0 if self.throttle else (interval_ms or 0.0) * 0.2  # camera jitter
-        next_due_ms: float | None = None
+        live = src.live
+        fps_seen = self._max_fps
+        next_due_ms: float | None = None  # when the next frame may pass the rate limit
+        last_passed_ms: float | None = None  # timestamp of the last frame that passed it
         error: BaseException | None = None
-        prepare = self.model.prepare_image if self.preprocess == "capture" else None
         try:
             while not self._stop_reading:
-                if self.throttle and next_due_ms is not None:
+                if self._paused and not live:
+                    self._wait_wake(1.0)  # not read while paused: nothing is dropped
+                    continue
+                fps = self._max_fps
+                if fps != fps_seen:  # set_max_fps: re-time from the last frame that passed
+                    fps_seen = fps
+                    next_due_ms = None if fps is None or last_passed_ms is None else last_passed_ms + 1000.0 / fps
+                throttle = fps is not None and self._rate_throttles
+                if throttle and next_due_ms is not None:
                     delay_s = (next_due_ms - _now_ms()) / 1000.0
-                    if delay_s > 0 and self._stop_event.wait(delay_s):
-                        break
+                    if delay_s > 0:
+                        self._wait_wake(delay_s)
+                        continue  # re-check stop, pause and the rate (a wake may come early)
                 item = src.read()
                 if item is None:
                     break
@@ -467,23 +603,38 @@ class VisionPipeline:
                         self._dropped[item.reason] = self._dropped.get(item.reason, 0) + 1
                     self._report_drops([item])
                     continue
-                if interval_ms is not None:
-                    ts = item.timestamp_ms
-                    if not self.throttle and next_due_ms is not None and ts < next_due_ms - tolerance_ms:
+                if live and self._paused:
+                    with self._lock:
+                        self._frames_in += 1
+                        d = self._drop_locked(item.index, "paused", "pipeline paused")
+                    self._report_drops([d])
+                    continue
+                fps = self._max_fps  # again: a rate set while the source was being read applies to this frame
+                if fps != fps_seen:
+                    fps_seen = fps
+                    next_due_ms = None if fps is None or last_passed_ms is None else last_passed_ms + 1000.0 / fps
+                throttle = fps is not None and self._rate_throttles
+                ts = item.timestamp_ms
+                if fps is not None:
+                    interval_ms = 1000.0 / fps
+                    tolerance_ms = 0.0 if throttle else interval_ms * 0.2  # camera jitter
+                    if not throttle and next_due_ms is not None and ts < next_due_ms - tolerance_ms:
                         with self._lock:
                             self._frames_in += 1
-                            d = self._drop_locked(item.index, "rate_limit", f"over max_fps={self.options.max_fps}")
+                            d = self._drop_locked(item.index, "rate_limit", f"over max_fps={fps:g}")
                         self._report_drops([d])
                         continue
                     next_due_ms = (ts if next_due_ms is None else max(next_due_ms, ts - tolerance_ms)) + interval_ms
-                if prepare is None:
-                    self._admit(item, None)
+                last_passed_ms = ts
+                model, split = self._active
+                if not (self._capture_prep and split):
+                    self._admit(item, None, None)
                     continue
                 with self._lock:
                     self._frames_in += 1
                     self._preparing += 1
                 try:
-                    prepared = prepare(item.image, color=item.color)
+                    prepared = model.prepare_image(item.image, color=item.color)
                 except Exception as e:
                     with self._lock:
                         self._preparing -= 1
@@ -491,7 +642,7 @@ class VisionPipeline:
                     self._report_error(e, item)
                     self._report_drops([d])
                     continue
-                self._admit(item, prepared, counted=True)
+                self._admit(item, prepared, model, counted=True)
         except BaseException as e:  # a failed source ends the capture; run() raises it
             error = e
         finally:
@@ -505,12 +656,12 @@ class VisionPipeline:
                     self._error = error
                 self._cond.notify_all()
 
-    def _admit(self, frame: Frame, prepared: Any, counted: bool = False) -> None:
-        """Queue ``(frame, prepared)`` under the drop policy. ``counted``: frames_in was
-        already incremented (and ``preparing`` is released here)."""
+    def _admit(self, frame: Frame, prepared: Any, prepared_by: Any, counted: bool = False) -> None:
+        """Queue ``(frame, prepared, prepared_by)`` under the drop policy. ``counted``: frames_in
+        was already incremented (and ``preparing`` is released here)."""
         drops: list[FrameDrop] = []
         q, cap = self._queue, self.options.queue_size
-        item = (frame, prepared)
+        item = (frame, prepared, prepared_by)
         with self._cond:
             if counted:
                 self._preparing -= 1
@@ -547,9 +698,8 @@ class VisionPipeline:
         self._report_drops(drops)
 
     def _worker_loop(self) -> None:
-        predict = self.model.predict_image
-        predict_prepared = self.model.predict_prepared if self.preprocess == "capture" else None
         kw = self._predict_kw
+        busy = self._busy
         try:
             while True:
                 with self._cond:
@@ -557,7 +707,13 @@ class VisionPipeline:
                         if not self._queue and self._capture_done:
                             return
                         self._cond.wait()
-                    frame, prepared = self._queue.popleft()
+                    frame, prepared, prepared_by = self._queue.popleft()
+                    model = self._active[0]  # taken now: a swap_model() before this point applies
+                    key = id(model)
+                    busy[key] = busy.get(key, 0) + 1
+                    if prepared is not None and prepared_by is not model:
+                        prepared = None  # prepared for a model swapped out since: prepare again
+                        self._reprepared += 1
                     seq = self._next_take
                     self._next_take += 1
                     self._inferring += 1
@@ -566,15 +722,20 @@ class VisionPipeline:
                 fr: tuple[Frame, Any, float] | None = None
                 try:
                     if prepared is not None:
-                        result = predict_prepared(prepared, **kw)  # type: ignore[misc]
+                        result = model.predict_prepared(prepared, **kw)
                     else:
-                        result = predict(frame.image, color=frame.color, **kw)
+                        result = model.predict_image(frame.image, color=frame.color, **kw)
                     fr = (frame, result, _now_ms())
                 except Exception as e:
                     err = e
                 drop = None
                 with self._cond:
                     self._inferring -= 1
+                    n = busy[key] - 1
+                    if n:
+                        busy[key] = n
+                    else:
+                        del busy[key]
                     self._done[seq] = fr
                     if fr is not None:
                         self._emitting += 1
