@@ -4,6 +4,7 @@
     edge-sdk inspect PACKAGE [--profile P] [--json]
     edge-sdk predict PACKAGE INPUT [--variant V] [--top-k K] [--repeat N] [--json]
     edge-sdk demo [--runs N] [--variant V] [--json]
+    edge-sdk monitor [--profile P] [--root DIR] [--interval S] [--count N] [--url URL] [--json]
 
 Exit codes: 0 ok, 1 an edge_sdk error (message on stderr), 2 bad usage.
 """
@@ -57,13 +58,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=int, default=200, help="timed runs for latency percentiles (default 200)")
     _add_common(p)
     _add_load(p)
+    p = sub.add_parser("monitor", help="live temperatures, throttled flags, power rails and governor state (or an app's, with --url)")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between samples (default 1)")
+    p.add_argument("--count", type=int, default=0, help="stop after N samples (default 0: until Ctrl-C)")
+    p.add_argument("--url", help="scrape this Prometheus endpoint of a running app (e.g. http://127.0.0.1:9100/metrics) instead")
+    _add_common(p)
     return ap
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"profile": cmd_profile, "inspect": cmd_inspect, "predict": cmd_predict, "demo": cmd_demo}[args.cmd](args)
+        cmds = {"profile": cmd_profile, "inspect": cmd_inspect, "predict": cmd_predict, "demo": cmd_demo, "monitor": cmd_monitor}
+        return cmds[args.cmd](args)
+    except KeyboardInterrupt:
+        return 0
     except EdgeSDKError as e:
         print(f"edge-sdk: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
@@ -252,6 +261,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
         data = {"device": {"profile": det.profile.name, "source": det.source, "reasons": list(det.reasons)}, "model": d, "results": rows, "correct": correct, "latency_ms": lat}
         _out(args, data, "\n".join(lines))
     return 0
+
+
+def cmd_monitor(args: argparse.Namespace) -> int:
+    from . import monitor
+
+    profile = None
+    if args.url is None:
+        from .profiles import resolve_profile
+
+        profile = resolve_profile(args.profile, root=args.root).profile
+    return monitor.run(profile=profile, root=args.root, interval_s=args.interval, count=args.count, as_json=args.json, url=args.url)
 
 
 if __name__ == "__main__":  # pragma: no cover
