@@ -149,6 +149,11 @@ class ThermalSimulator:
         return self._temp
 
     @property
+    def t0(self) -> float:
+        """The clock reading that ``history`` times count from."""
+        return self._t0
+
+    @property
     def util(self) -> float:
         """Utilisation over the last tick."""
         return self._util

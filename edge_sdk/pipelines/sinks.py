@@ -149,7 +149,8 @@ def _num(v: float | None) -> float | None:
 
 def frame_result_record(fr: "FrameResult") -> dict[str, Any]:
     """The JSON-ready dict JsonLinesSink writes for one result: index, timestamp_ms,
-    source_timestamp_ms, latency_ms, model, variant, backend, then ``classes`` (top-k of a
+    source_timestamp_ms, latency_ms, model, variant, backend, ``budget_state`` (with a governor
+    attached), then ``classes`` (top-k of a
     classification: index, label, score), ``detections`` (xyxy, score, label), and, when neither
     is there, ``output_shapes`` (name -> shape)."""
     r = fr.result
@@ -162,6 +163,8 @@ def frame_result_record(fr: "FrameResult") -> dict[str, Any]:
         "variant": getattr(r, "variant_id", None),
         "backend": getattr(r, "backend", None),
     }
+    if getattr(fr, "budget_state", None) is not None:
+        rec["budget_state"] = fr.budget_state
     decoded = getattr(r, "decoded", None)
     classes = _top_classes(decoded)
     det = _detections(decoded) if classes is None else None

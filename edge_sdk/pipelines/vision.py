@@ -180,13 +180,16 @@ class PipelineOptions:
 class FrameResult:
     """One frame's result. ``timestamp_ms``: the frame's capture time (monotonic, strictly
     increasing per source); ``latency_ms``: from capture to the model's result; ``frame``: the
-    frame itself (sinks draw on copies of its image)."""
+    frame itself (sinks draw on copies of its image). ``budget_state``: with a governor attached
+    (``VisionPipeline(governor=...)``), its state ("normal", "constrained", "critical") when the
+    result reached the sinks, else None."""
 
     index: int
     timestamp_ms: float
     result: "Result"
     latency_ms: float
     frame: Frame
+    budget_state: str | None = None  # the attached governor's state when the result was emitted
 
     @property
     def source_timestamp_ms(self) -> float | None:
@@ -270,6 +273,10 @@ class VisionPipeline:
     closes them: they belong to the caller. ``on_error(exc, frame)``: frame and sink errors;
     ``on_drop(FrameDrop)``: every drop with its reason and message. Both are called on pipeline
     threads (keep them quick and thread-safe); an exception they raise is logged and ignored.
+    ``governor``: a budget :class:`~edge_sdk.budget.governor.Governor` (or None): each
+    FrameResult carries its state (``budget_state``) and each result's busy time feeds its energy
+    per inference estimate. Attaching does not make the governor act on this pipeline: pass the
+    pipeline in ``Governor(pipelines=...)`` for that.
 
     ``run()`` blocks until the source ends (or ``stop()`` from another thread) and returns the
     final counters. ``start()`` / ``stop()`` return at once; ``join(timeout)`` waits for the
@@ -290,6 +297,7 @@ class VisionPipeline:
         on_error: Callable[[BaseException, Frame | None], Any] | None = None,
         on_drop: Callable[[FrameDrop], Any] | None = None,
         source_options: SourceOptions | None = None,
+        governor: Any = None,
     ) -> None:
         if not callable(getattr(model, "predict_image", None)):
             raise TypeError(f"model: expected an object with predict_image(image, color=...), got {type(model).__name__}")
@@ -305,6 +313,7 @@ class VisionPipeline:
         self._active: tuple[Any, bool] = (model, _has_split_api(model))  # (model, has prepare_image/predict_prepared)
         self._on_error = on_error
         self._on_drop = on_drop
+        self.governor = governor  # a budget Governor: its state on every FrameResult, inference time for its energy estimate
         self._predict_kw = {"top_k": opts.top_k} if opts.top_k is not None else {}
         self.preprocess = _preprocess_mode(opts.preprocess, model, opts.workers)
         self._capture_prep = self.preprocess == "capture"
@@ -764,7 +773,14 @@ class VisionPipeline:
                 if done is None:
                     continue
                 frame, result, t_done = done
-                fr = FrameResult(frame.index, frame.timestamp_ms, result, t_done - frame.timestamp_ms, frame)
+                gov = self.governor
+                state = None
+                if gov is not None:
+                    state = gov.state.value
+                    timings = getattr(result, "timings", None)
+                    if timings is not None:
+                        gov.record_inference(timings.total_ms / 1e3)
+                fr = FrameResult(frame.index, frame.timestamp_ms, result, t_done - frame.timestamp_ms, frame, state)
                 failures: list[BaseException] = []
                 for sink in self.sinks:
                     try:
