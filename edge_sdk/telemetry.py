@@ -229,6 +229,9 @@ def governor_samples(governor: Any) -> Callable[[], list[Sample]]:
         for a in governor.actions:
             out.append(Sample("edge_sdk_governor_action_applied", 1.0 if a.name in applied else 0.0, "ladder steps in effect (1) or not (0)",
                               "gauge", {"action": a.name}))  # fmt: skip
+        for row in t.get("action_counts", ()):
+            out.append(Sample("edge_sdk_governor_action_events_total", row["count"], "ladder events, by action and kind", "counter",
+                              {"action": row["action"], "kind": row["kind"]}))  # fmt: skip
         counts = t.get("counts", {})
         for kind in EVENT_KINDS:
             out.append(Sample("edge_sdk_governor_events_total", counts.get(kind, 0), "governor events, by kind", "counter", {"kind": kind}))

@@ -62,7 +62,16 @@ def test_governor_metrics_on_the_endpoint_follow_the_state(tmp_path: Path) -> No
     reader = pi4_reader(tmp_path)
     zone = tmp_path / "pi4" / "sys/class/thermal/thermal_zone0/temp"
     clock = [0.0]
-    gov = Governor(reader.read, Budget.from_profile(reader.profile, min_dwell_s=0), actions=[], clock=lambda: clock[0])
+    class Fan:  # an app's own ladder step
+        name = "fan_on"
+
+        def apply(self, ctx):
+            return "fan at 100 %"
+
+        def undo(self, ctx):
+            return "fan auto"
+
+    gov = Governor(reader.read, Budget.from_profile(reader.profile, min_dwell_s=0), actions=[Fan()], clock=lambda: clock[0])
     reg = Registry()
     reg.add(governor_samples(gov))
     reg.add(lambda: 1 / 0)  # a broken collector is skipped and counted, the rest still served
@@ -84,6 +93,8 @@ def test_governor_metrics_on_the_endpoint_follow_the_state(tmp_path: Path) -> No
         assert m[("edge_sdk_firmware_throttled_flags", ())] == 0x50005
         assert m[("edge_sdk_sensor_temperature_celsius", (("sensor", "cpu-thermal"), ("source", "thermal_zone")))] == 50.0
         assert m[("edge_sdk_governor_events_total", (("kind", "transition"),))] == 1
+        assert m[("edge_sdk_governor_action_events_total", (("action", "fan_on"), ("kind", "applied")))] == 1
+        assert m[("edge_sdk_governor_action_applied", (("action", "fan_on"),))] == 1
         assert m[("edge_sdk_telemetry_collector_errors_total", ())] == 1
         assert ("edge_sdk_board_power_watts", ()) not in m  # Pi 4: no power reading, so no made-up number
         with pytest.raises(urllib.error.HTTPError, match="404"):

@@ -24,6 +24,8 @@ OPTION_CLASSES = [
     ("edge_sdk.pipelines.vision", "PipelineOptions"),
     ("edge_sdk.pipelines.sources", "SourceOptions"),
     ("edge_sdk.streams.signal", "SignalStreamOptions"),
+    ("edge_sdk.budget.governor", "Budget"),
+    ("edge_sdk.budget.simulator", "ThermalModel"),
     ("converters.pipeline", "ConvertOptions"),
     ("converters.quantize", "Int8Options"),
     ("converters.quantize", "Int4Options"),
@@ -32,7 +34,8 @@ ERROR_MODULES = ["edge_sdk.errors", "edge_sdk.pipelines.errors", "edge_sdk.strea
 OTHER_ERRORS = [
     ("converters.pipeline", "ConvertError"), ("converters.calibration", "CalibrationError"), ("converters.quantize", "QuantizeError"),
     ("converters.validate", "ValidationError"), ("converters.inspect_model", "InspectError"), ("converters.packaging", "SignatureError"),
-    ("tools.fetch_pretrained", "FetchError"),
+    ("tools.fetch_pretrained", "FetchError"), ("edge_sdk.budget.sensors", "SensorUnavailable"),
+    ("edge_sdk.budget.governor", "ActionUnavailable"),
 ]  # fmt: skip
 
 

@@ -540,6 +540,7 @@ class Governor:
         self._events: deque[GovernorEvent] = deque(maxlen=max_events)
         self._events_lock = threading.Lock()  # events are read from other threads while step() appends
         self._counts: Counter[str] = Counter()
+        self._action_counts: Counter[tuple[str, str]] = Counter()  # (kind, action) -> events
         self._subscribers: list[Callable[[GovernorEvent], Any]] = []
         self._vetoes: list[Callable[[str, GovernorState, SensorSnapshot | None], bool]] = []
         self._infer_lock = threading.Lock()
@@ -634,6 +635,7 @@ class Governor:
         snap, state, since, a = self._last, self._state, self._state_since, self._last_assessment
         with self._events_lock:
             counts = {k: self._counts.get(k, 0) for k in EVENT_KINDS}
+            action_counts = [{"kind": k, "action": a, "count": n} for (k, a), n in sorted(self._action_counts.items())]
             events = list(self._events)[-last_events:] if last_events > 0 else []
         return {
             "state": state.value,
@@ -650,6 +652,7 @@ class Governor:
             "samples": self._samples,
             "applied": [x.name for x in tuple(self._applied)],
             "counts": counts,
+            "action_counts": action_counts,
             "last_events": [e.to_dict() for e in events],
         }
 
@@ -839,6 +842,8 @@ class Governor:
         with self._events_lock:
             self._events.append(ev)
             self._counts[kind] += 1
+            if action is not None:
+                self._action_counts[(kind, action)] += 1
         for cb in list(self._subscribers):
             try:
                 cb(ev)
