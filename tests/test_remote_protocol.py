@@ -94,6 +94,8 @@ def test_json_accepts_nested_data_null_for_nan_and_no_content_type() -> None:
         ({"inputs": [{"name": "x", "shape": [1], "datatype": "INT8", "data": [300]}]}, "out of range for INT8"),
         ({"inputs": [{"name": "x", "shape": [1], "datatype": "INT32", "data": [1.5]}]}, "must be integers"),
         ({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": ["1"]}]}, "must be numbers"),
+        ({"inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [1, [2]]}]}, "must be numbers"),
+        ({"inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [True, 2]}]}, "must be numbers"),
         ({"inputs": [{"name": "x", "shape": [1], "datatype": "BOOL", "data": [2]}]}, "BOOL data"),
         ({"inputs": [{"name": "x", "shape": [-1], "datatype": "FP32", "data": []}]}, "shape: expected a list of ints >= 0"),
         ({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32"}]}, "no 'data'"),
