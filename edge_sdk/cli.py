@@ -5,6 +5,8 @@
     edge-sdk predict PACKAGE INPUT [--variant V] [--top-k K] [--repeat N] [--json]
     edge-sdk demo [--runs N] [--variant V] [--json]
     edge-sdk monitor [--profile P] [--root DIR] [--interval S] [--count N] [--url URL] [--json]
+    edge-sdk serve PACKAGE... [--host H] [--port N] [--max-batch N] [--max-delay-ms MS] [--queue-size N]
+                   [--timeout-s S] [--token-env VAR | --token-file F] [--tls-cert F --tls-key F]
 
 Exit codes: 0 ok, 1 an edge_sdk error (message on stderr), 2 bad usage.
 """
@@ -63,13 +65,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--count", type=int, default=0, help="stop after N samples (default 0: until Ctrl-C)")
     p.add_argument("--url", help="scrape this Prometheus endpoint of a running app (e.g. http://127.0.0.1:9100/metrics) instead")
     _add_common(p)
+    from .serve.options import add_arguments as add_serve_arguments
+
+    p = sub.add_parser("serve", help="serve packages over the Open Inference Protocol (KServe v2 REST); needs the server extra")
+    add_serve_arguments(p)
     return ap
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        cmds = {"profile": cmd_profile, "inspect": cmd_inspect, "predict": cmd_predict, "demo": cmd_demo, "monitor": cmd_monitor}
+        cmds = {
+            "profile": cmd_profile, "inspect": cmd_inspect, "predict": cmd_predict, "demo": cmd_demo, "monitor": cmd_monitor, "serve": cmd_serve,
+        }  # fmt: skip
         return cmds[args.cmd](args)
     except KeyboardInterrupt:
         return 0
@@ -272,6 +280,12 @@ def cmd_monitor(args: argparse.Namespace) -> int:
 
         profile = resolve_profile(args.profile, root=args.root).profile
     return monitor.run(profile=profile, root=args.root, interval_s=args.interval, count=args.count, as_json=args.json, url=args.url)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .serve.command import run
+
+    return run(args)
 
 
 if __name__ == "__main__":  # pragma: no cover

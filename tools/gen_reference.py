@@ -26,6 +26,7 @@ OPTION_CLASSES = [
     ("edge_sdk.streams.signal", "SignalStreamOptions"),
     ("edge_sdk.budget.governor", "Budget"),
     ("edge_sdk.budget.simulator", "ThermalModel"),
+    ("edge_sdk.serve.options", "ServeOptions"),
     ("converters.pipeline", "ConvertOptions"),
     ("converters.quantize", "Int8Options"),
     ("converters.quantize", "Int4Options"),
@@ -35,7 +36,7 @@ OTHER_ERRORS = [
     ("converters.pipeline", "ConvertError"), ("converters.calibration", "CalibrationError"), ("converters.quantize", "QuantizeError"),
     ("converters.validate", "ValidationError"), ("converters.inspect_model", "InspectError"), ("converters.packaging", "SignatureError"),
     ("tools.fetch_pretrained", "FetchError"), ("edge_sdk.budget.sensors", "SensorUnavailable"),
-    ("edge_sdk.budget.governor", "ActionUnavailable"),
+    ("edge_sdk.budget.governor", "ActionUnavailable"), ("edge_sdk.serve.server", "ServeError"),
 ]  # fmt: skip
 
 

@@ -1,0 +1,79 @@
+"""``edge-sdk serve``: edge_sdk packages over the Open Inference Protocol (KServe v2 REST, with
+Triton's binary tensor data extension), on Starlette + uvicorn (``pip install 'edge-sdk[server]'``).
+
+::
+
+    from edge_sdk.serve import Server, ServeOptions
+    with Server([edge_sdk.load(pkg)], ServeOptions(max_queue_delay_ms=2)) as srv:   # port 0: a free port
+        print(srv.url)                                                               # http://127.0.0.1:<port>
+
+Endpoints (``{v}``, the version segment, is optional; when given it must be the manifest version):
+
+- ``GET /v2/health/live`` 200; ``GET /v2/health/ready`` 200 when every model's worker runs, else
+  503 (also while shutting down). Empty bodies.
+- ``GET /v2``: ``{"name": "edge-sdk", "version", "extensions": ["binary_tensor_data"]}``.
+- ``GET /v2/models/{name}[/versions/{v}]``: ``name``, ``versions`` ([manifest version]),
+  ``platform`` (``onnxruntime_onnx``, ``tensorflow_lite``), ``inputs`` / ``outputs`` with v2
+  datatypes and shapes (-1 for a dynamic dim), for the variant that was loaded.
+- ``GET /v2/models/{name}[/versions/{v}]/ready``: 200 / 503.
+- ``POST /v2/models/{name}[/versions/{v}]/infer``: JSON or binary request (Content-Type is not
+  required; ``Content-Encoding`` gzip / deflate accepted); ``outputs`` selects outputs; outputs come
+  back binary or JSON as asked (``binary_data_output``, per-output ``binary_data``). Outputs are the
+  model's raw tensors (no decoding). Errors are ``{"error": message}``: 400 malformed request or an
+  input the model's strict validation refuses (nothing is cast), 404 unknown model or version,
+  413 body too large, 503 queue full (``Retry-After``), 504 past ``timeout_s``, 500 model failure.
+- ``GET /metrics``: Prometheus text (:mod:`edge_sdk.telemetry`): ``edge_sdk_serve_requests_total``
+  by model and status code, success / failure counts, request duration, queue duration and
+  compute duration sums, inference (rows) and execution (model call) counts, batch size sum /
+  count, queue depth and capacity, readiness.
+
+Queueing and batching (:mod:`edge_sdk.serve.batching`): each model has a worker thread and a queue
+of at most ``queue_size`` waiting requests; when full the answer is 503 with ``Retry-After``
+(seconds, at least 1: the waiting requests times the recent service time per request). A model
+whose batch dim is dynamic (``Model._max_batch() > 1`` and outputs batched too) gets dynamic
+batching: the worker takes the oldest request and waits up to ``max_queue_delay_ms`` for more,
+stacking requests (each may carry several rows) while the rows fit in ``max_batch_size``; one
+model call, then each request gets its rows back. Other models run one request at a time. A model
+whose results depend on what else is in the batch (dynamic quantization computes its scales over
+the whole batch) should be served with ``max_batch_size=1``. Models run off the event loop, so
+health checks and metrics answer while a model is busy.
+
+Security: the server binds 127.0.0.1 unless told otherwise. With ``ServeOptions.token`` every
+endpoint except ``/v2/health/live`` and ``/v2/health/ready`` needs ``Authorization: Bearer <token>``
+(401 with ``WWW-Authenticate: Bearer`` otherwise; compared in constant time; never logged). Health
+checks stay open so that orchestrator probes need no secret and reveal nothing but liveness;
+``/metrics`` and model metadata are protected (they name the models). TLS: ``Server(tls_cert=,
+tls_key=)`` (PEM files, passed to uvicorn).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .options import ServeOptions
+
+__all__ = ["ServeError", "ServeOptions", "Server", "create_app"]
+
+_LAZY = {"create_app": "app", "Server": "server", "ServeError": "server"}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .app import create_app
+    from .server import ServeError, Server
+
+
+def __getattr__(name: str) -> Any:
+    """Import the web stack only when it is used, with an error naming the extra."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'edge_sdk.serve' has no attribute {name!r}")
+    import importlib
+
+    from ..errors import MissingDependencyError
+
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as e:
+        raise MissingDependencyError(f"edge-sdk serve needs Starlette and uvicorn: pip install 'edge-sdk[server]' ({e})") from e
+    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,413 @@
+"""The Starlette application of ``edge-sdk serve`` (see :mod:`edge_sdk.serve` for the endpoints).
+
+Every message goes through :mod:`edge_sdk.remote.protocol`; every input through the model's own
+strict validation (:class:`edge_sdk.validation.InputValidator` over the variant's inputs: nothing is
+cast); the model runs on its worker thread (:mod:`edge_sdk.serve.batching`), so the event loop
+keeps answering health checks and metrics while a model is busy. Decoding, validation and
+encoding of large bodies run on the thread pool for the same reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import logging
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Mapping, Sequence
+
+import numpy as np
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .. import __version__
+from ..errors import InputError
+from ..model import Model
+from ..remote import protocol
+from ..telemetry import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from ..telemetry import Registry, Sample
+from ..validation import InputValidator
+from .batching import Job, ModelWorker, QueueFullError, WorkerStoppedError, stack_key
+from .options import ServeOptions
+
+__all__ = ["PLATFORMS", "SERVER_NAME", "ServedModel", "create_app"]
+
+_log = logging.getLogger(__name__)
+
+SERVER_NAME = "edge-sdk"
+#: backend -> v2 ``platform`` (Triton's spelling for ONNX Runtime and TFLite models).
+PLATFORMS = {"onnxruntime": "onnxruntime_onnx", "litert": "tensorflow_lite"}
+HEALTH_PATHS = frozenset({"/v2/health/live", "/v2/health/ready"})
+_UNKNOWN = "(unknown)"  # the model label of requests for models not served (bounded label values)
+
+
+class _Reply(Exception):
+    """An error answer: status, message (sent as ``{"error": message}``) and extra headers."""
+
+    def __init__(self, status: int, message: str, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = dict(headers or {})
+
+
+def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> Response:
+    return Response(protocol.error_body(message), status_code=status, headers=dict(headers or {}), media_type="application/json")
+
+
+@dataclass
+class ServedModel:
+    """One model as served: its name, the model, its worker and request counters."""
+
+    name: str
+    model: Model
+    worker: ModelWorker
+    batching: bool
+    validator: InputValidator
+    output_names: tuple[str, ...]
+    requests: dict[int, int] = field(default_factory=dict)  # status code -> count (event-loop thread only)
+    duration_s: float = 0.0  # successful requests, arrival to response ready
+    succeeded: int = 0
+
+    @property
+    def version(self) -> str:
+        return self.model.manifest.version
+
+    def metadata(self) -> dict[str, Any]:
+        backend = self.model.session.info.backend
+        return {
+            "name": self.name,
+            "versions": [self.version],
+            "platform": PLATFORMS.get(backend, backend),
+            "inputs": [_tensor_meta(s) for s in self.model.inputs],
+            "outputs": [_tensor_meta(s) for s in self.model.outputs],
+        }
+
+    @property
+    def ready(self) -> bool:
+        return not self.model.closed and self.worker.running
+
+    def prepare(self, body: bytes, headers: Mapping[str, str], max_bytes: int) -> tuple[protocol.InferRequest, Job]:
+        """Decode and validate one infer request (on the thread pool). Raises _Reply(400/413/415)."""
+        body = _decompress(body, headers.get("content-encoding", ""), max_bytes)
+        try:
+            req = protocol.decode_request(body, headers, max_bytes=max_bytes)
+        except protocol.ProtocolError as e:
+            raise _Reply(400, str(e)) from None
+        unknown = [o.name for o in req.outputs if o.name not in self.output_names]
+        if unknown:
+            raise _Reply(400, f"requested output(s) {unknown}: model {self.name} has outputs {list(self.output_names)}")
+        try:
+            feeds = self.validator(req.inputs, finite=self.model.options.check_finite)
+        except InputError as e:
+            raise _Reply(400, f"model {self.name}: {e}") from None
+        rows = 1
+        if self.batching:
+            sizes = {k: v.shape[0] for k, v in feeds.items()}
+            if len(set(sizes.values())) > 1:
+                raise _Reply(400, f"model {self.name}: every input's axis 0 is the batch and must agree, got {sizes}")
+            rows = next(iter(sizes.values()))
+        return req, Job(feeds, rows, stack_key(feeds))
+
+
+def _tensor_meta(spec: Any) -> dict[str, Any]:
+    return {
+        "name": spec.name,
+        "datatype": protocol.datatype_of(np.dtype(spec.dtype)),
+        "shape": [d if isinstance(d, int) else -1 for d in spec.shape],
+    }
+
+
+def _decompress(body: bytes, encoding: str, max_bytes: int) -> bytes:
+    """Undo ``Content-Encoding`` gzip / deflate (tritonclient can send either), bounded."""
+    enc = encoding.strip().lower()
+    if enc in ("", "identity"):
+        return body
+    wbits = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}.get(enc)
+    if wbits is None:
+        raise _Reply(415, f"Content-Encoding {encoding!r}: expected gzip, deflate or none")
+    d = zlib.decompressobj(wbits)
+    try:
+        out = d.decompress(body, max_bytes + 1)
+    except zlib.error as e:
+        raise _Reply(400, f"the {enc} body does not decompress: {e}") from None
+    if len(out) > max_bytes or d.unconsumed_tail:
+        raise _Reply(413, f"the decompressed body is over the limit of {max_bytes} bytes")
+    return out
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    cl = request.headers.get("content-length")
+    if cl is not None:
+        try:
+            n = int(cl)
+        except ValueError:
+            raise _Reply(400, f"Content-Length: expected an integer, got {cl!r}") from None
+        if n > limit:
+            raise _Reply(413, f"body of {n} bytes is over the limit of {limit}")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _Reply(413, f"body is over the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class BearerAuth:
+    """ASGI middleware: every HTTP request but the health checks needs ``Authorization: Bearer
+    <token>``. The token is compared in constant time (as SHA-256 digests, so its length does not
+    leak either) and never logged; a failure is 401 with ``WWW-Authenticate: Bearer``."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self._digest = hashlib.sha256(token.encode()).digest()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"].rstrip("/") in HEALTH_PATHS:
+            await self.app(scope, receive, send)
+            return
+        given = None
+        for k, v in scope["headers"]:
+            if k == b"authorization":
+                given = v
+                break
+        ok = False
+        if given is not None:
+            scheme, _, cred = given.strip().partition(b" ")
+            ok = scheme.lower() == b"bearer" and hmac.compare_digest(hashlib.sha256(cred.strip()).digest(), self._digest)
+        if ok:
+            await self.app(scope, receive, send)
+            return
+        challenge = 'Bearer realm="edge-sdk"' + (', error="invalid_token"' if given is not None else "")
+        msg = "a valid 'Authorization: Bearer <token>' header is required" if given is None else "the bearer token is not valid"
+        await _error(401, msg, {"WWW-Authenticate": challenge})(scope, receive, send)
+
+
+class _App:
+    """The state behind the routes."""
+
+    def __init__(self, models: Mapping[str, Model] | Sequence[Model], options: ServeOptions) -> None:
+        self.options = options
+        self.served: dict[str, ServedModel] = {}
+        items = list(models.items()) if isinstance(models, Mapping) else [(m.manifest.name, m) for m in models]
+        if not items:
+            raise ValueError("create_app: expected at least one model")
+        for name, m in items:
+            if not isinstance(m, Model):
+                raise TypeError(f"model {name!r}: expected an edge_sdk Model, got {type(m).__name__}")
+            protocol.model_path(name)  # a usable URL segment (no '/', '?', '#')
+            if name in self.served:
+                raise ValueError(f"two models are named {name!r}; pass a mapping name -> model to serve them under different names")
+            model_max = m._max_batch()
+            outputs_batched = all(s.shape and not isinstance(s.shape[0], int) for s in m.outputs)
+            cap = model_max if options.max_batch_size is None else min(options.max_batch_size, model_max)
+            batching = model_max > 1 and outputs_batched
+            max_batch = cap if batching else 1
+            delay_s = options.max_queue_delay_ms / 1000
+            worker = ModelWorker(name, m.session.run, max_batch=max_batch, max_delay_s=delay_s, queue_size=options.queue_size)
+            self.served[name] = ServedModel(name, m, worker, batching, InputValidator(m.inputs), tuple(s.name for s in m.outputs))
+        self.registry = Registry()
+        self.registry.add(self.samples)
+        self._unknown_requests: dict[int, int] = {}  # requests for models not served, by status code
+        self._started = False
+        self._stopping = False
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        for s in self.served.values():
+            s.worker.start()
+        self._started, self._stopping = True, False
+        _log.info("serve: %d model(s) ready: %s", len(self.served), ", ".join(f"{n} {s.version}" for n, s in self.served.items()))
+        try:
+            yield
+        finally:
+            self._stopping = True
+            await run_in_threadpool(self._stop_workers)
+
+    def _stop_workers(self) -> None:
+        for s in self.served.values():
+            s.worker.stop(5.0)
+
+    @property
+    def ready(self) -> bool:
+        return self._started and not self._stopping and all(s.ready for s in self.served.values())
+
+    def _model(self, request: Request) -> ServedModel:
+        name = request.path_params["name"]
+        version = request.path_params.get("version")
+        s = self.served.get(name)
+        if s is None:
+            raise _Reply(404, f"model {name!r} is not served here; models: {sorted(self.served)}")
+        if version is not None and version != s.version:
+            raise _Reply(404, f"model {name!r} has version {s.version!r}, not {version!r}")
+        return s
+
+    # -- routes ----------------------------------------------------------------------
+
+    async def live(self, request: Request) -> Response:
+        return Response(status_code=200)
+
+    async def ready_route(self, request: Request) -> Response:
+        return Response(status_code=200 if self.ready else 503)
+
+    async def server_metadata(self, request: Request) -> Response:
+        return JSONResponse({"name": SERVER_NAME, "version": __version__, "extensions": [protocol.BINARY_EXTENSION]})
+
+    async def model_metadata(self, request: Request) -> Response:
+        try:
+            return JSONResponse(self._model(request).metadata())
+        except _Reply as r:
+            return _error(r.status, r.message, r.headers)
+
+    async def model_ready(self, request: Request) -> Response:
+        try:
+            s = self._model(request)
+        except _Reply as r:
+            return _error(r.status, r.message, r.headers)
+        return Response(status_code=200 if s.ready and not self._stopping else 503)
+
+    async def metrics(self, request: Request) -> Response:
+        return Response(self.registry.render(), media_type=METRICS_CONTENT_TYPE)
+
+    async def infer(self, request: Request) -> Response:
+        t0 = time.perf_counter()
+        deadline = t0 + self.options.timeout_s
+        served: ServedModel | None = None
+        status = 500
+        try:
+            served = self._model(request)
+            body = await _read_body(request, self.options.max_body_bytes)
+            headers = {k.lower(): v for k, v in request.headers.items()}
+            req, job = await run_in_threadpool(served.prepare, body, headers, self.options.max_body_bytes)
+            outputs = await self._run(served, job, deadline)
+            response = await run_in_threadpool(self._encode, served, req, outputs)
+            status = 200
+            served.succeeded += 1
+            served.duration_s += time.perf_counter() - t0
+            return response
+        except _Reply as r:
+            status = r.status
+            return _error(r.status, r.message, r.headers)
+        except Exception as e:  # a model or encoding failure: the message, never a traceback
+            _log.exception("serve: infer on %s failed", served.name if served else "?")
+            status = 500
+            return _error(500, f"inference failed: {type(e).__name__}: {e}")
+        finally:
+            key = served.requests if served is not None else self._unknown_requests
+            key[status] = key.get(status, 0) + 1
+
+    async def _run(self, served: ServedModel, job: Job, deadline: float) -> Mapping[str, np.ndarray]:
+        try:
+            fut = served.worker.submit(job)
+        except QueueFullError as e:
+            raise _Reply(503, str(e), {"Retry-After": str(e.retry_after_s)}) from None
+        except WorkerStoppedError as e:
+            raise _Reply(503, str(e), {"Retry-After": "1"}) from None
+        remaining = deadline - time.perf_counter()
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(fut), max(remaining, 0.0))
+        except asyncio.CancelledError:  # the client went away
+            served.worker.discard(job)
+            raise
+        except asyncio.TimeoutError:
+            served.worker.discard(job)
+            raise _Reply(504, f"model {served.name}: no result within the server's timeout of {self.options.timeout_s:g} s") from None
+        except WorkerStoppedError as e:
+            raise _Reply(503, str(e), {"Retry-After": "1"}) from None
+        except InputError as e:
+            raise _Reply(400, f"model {served.name}: {e}") from None
+
+    def _encode(self, served: ServedModel, req: protocol.InferRequest, outputs: Mapping[str, np.ndarray]) -> Response:
+        names = [o.name for o in req.outputs] if req.outputs else list(served.output_names)
+        chosen = {n: outputs[n] for n in names}
+        binary = [n for n in names if req.wants_binary(n)]
+        try:
+            body, headers = protocol.encode_response(served.name, chosen, model_version=served.version, request_id=req.id, binary=binary)
+        except protocol.ProtocolError as e:  # e.g. an infinity asked for as JSON
+            raise _Reply(500, f"model {served.name}: the outputs cannot be encoded as asked: {e}") from None
+        return Response(body, status_code=200, headers=headers)
+
+    # -- metrics ---------------------------------------------------------------------
+
+    def samples(self) -> list[Sample]:
+        """The collector behind ``/metrics`` (copies the counters first: a registry may be
+        rendered from another thread than the event loop that updates them)."""
+        out: list[Sample] = []
+        req_help = "infer requests answered, by model and HTTP status code"
+        for code, n in sorted(dict(self._unknown_requests).items()):
+            out.append(Sample("edge_sdk_serve_requests_total", n, req_help, "counter", {"model": _UNKNOWN, "code": str(code)}))
+        for name, s in self.served.items():
+            lab = {"model": name}
+            requests = dict(s.requests)
+            for code, n in sorted(requests.items()):
+                out.append(Sample("edge_sdk_serve_requests_total", n, req_help, "counter", {**lab, "code": str(code)}))
+            st = s.worker.stats()
+            failed = sum(n for code, n in requests.items() if code != 200)
+            out += [
+                Sample("edge_sdk_serve_request_success_total", s.succeeded, "infer requests answered 200", "counter", lab),
+                Sample("edge_sdk_serve_request_failure_total", failed, "infer requests answered with an error status", "counter", lab),
+                Sample("edge_sdk_serve_request_duration_seconds_sum", s.duration_s, "successful requests, arrival to response", "counter",
+                       lab),  # fmt: skip
+                Sample("edge_sdk_serve_request_duration_seconds_count", s.succeeded, "successful requests timed", "counter", lab),
+                Sample("edge_sdk_serve_inference_count_total", st.rows, "rows inferred (a batch of n rows counts n)", "counter", lab),
+                Sample("edge_sdk_serve_execution_count_total", st.executions, "model calls", "counter", lab),
+                Sample("edge_sdk_serve_batch_size_sum", st.rows, "rows per model call: sum", "counter", lab),
+                Sample("edge_sdk_serve_batch_size_count", st.executions, "rows per model call: count", "counter", lab),
+                Sample("edge_sdk_serve_compute_duration_seconds_sum", st.compute_s, "time in model calls", "counter", lab),
+                Sample("edge_sdk_serve_queue_duration_seconds_sum", st.queue_s, "time waited before the model call", "counter", lab),
+                Sample("edge_sdk_serve_queue_duration_seconds_count", st.jobs, "requests that reached a model call", "counter", lab),
+                Sample("edge_sdk_serve_model_failures_total", st.failures, "requests whose model call raised", "counter", lab),
+                Sample("edge_sdk_serve_queue_depth", st.queue_depth, "requests waiting", "gauge", lab),
+                Sample("edge_sdk_serve_queue_capacity", st.queue_capacity, "requests that may wait before 503", "gauge", lab),
+                Sample("edge_sdk_serve_max_batch_size", st.max_batch, "rows per model call at most", "gauge", lab),
+                Sample("edge_sdk_serve_model_ready", 1.0 if s.ready else 0.0, "1 when the model is ready", "gauge", lab),
+            ]
+        return out
+
+
+def create_app(models: Mapping[str, Model] | Sequence[Model], options: ServeOptions | None = None) -> Starlette:
+    """A Starlette app serving ``models`` (a sequence: each under its manifest name; a mapping:
+    under the given names) over the Open Inference Protocol. Model workers start with the app's
+    lifespan and stop with it (bounded); the models stay open (the caller closes them).
+
+    ``app.state.serve`` is the state behind the routes; ``app.state.registry`` the telemetry
+    :class:`~edge_sdk.telemetry.Registry` behind ``/metrics`` (add collectors to it)."""
+    options = options or ServeOptions()
+    st = _App(models, options)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        return _error(exc.status_code, str(exc.detail), getattr(exc, "headers", None))
+
+    model = "/v2/models/{name}"
+    version = "/v2/models/{name}/versions/{version}"
+    routes = [
+        Route("/v2/health/live", st.live, methods=["GET"]),
+        Route("/v2/health/ready", st.ready_route, methods=["GET"]),
+        Route("/v2", st.server_metadata, methods=["GET"]),
+        Route("/metrics", st.metrics, methods=["GET"]),
+        Route(model, st.model_metadata, methods=["GET"]),
+        Route(version, st.model_metadata, methods=["GET"]),
+        Route(model + "/ready", st.model_ready, methods=["GET"]),
+        Route(version + "/ready", st.model_ready, methods=["GET"]),
+        Route(model + "/infer", st.infer, methods=["POST"]),
+        Route(version + "/infer", st.infer, methods=["POST"]),
+    ]
+    middleware = [Middleware(BearerAuth, token=options.token)] if options.token else []
+    app = Starlette(routes=routes, middleware=middleware, lifespan=st.lifespan, exception_handlers={HTTPException: http_error})
+    app.state.serve = st
+    app.state.registry = st.registry
+    return app

@@ -1,0 +1,80 @@
+"""Options of ``edge-sdk serve`` (no web framework imported here: the CLI parser and the generated
+reference read this module without the ``server`` extra)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass, field
+
+__all__ = ["ServeOptions", "add_arguments"]
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """How :func:`edge_sdk.serve.create_app` queues, batches, times out and authenticates requests.
+
+    max_batch_size: rows per model call when the model's batch dim is dynamic (None: the model's own
+    upper bound; 1 turns dynamic batching off). max_queue_delay_ms: how long the worker waits for
+    more requests to fill a batch once it holds one. queue_size: requests waiting per model before
+    the server answers 503 with Retry-After. timeout_s: the most one infer request may spend queued
+    and running before a 504. max_body_bytes: the largest request body (413 past it, after
+    decompression too). token: the bearer token every endpoint but ``/v2/health/*`` requires (None:
+    no auth); it is left out of ``repr`` and never logged.
+    """
+
+    max_batch_size: int | None = None
+    max_queue_delay_ms: float = 5.0
+    queue_size: int = 64
+    timeout_s: float = 30.0
+    max_body_bytes: int = 64 << 20
+    token: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.max_batch_size is not None and (not _is_int(self.max_batch_size) or self.max_batch_size < 1):
+            raise ValueError(f"max_batch_size: expected None or an int >= 1, got {self.max_batch_size!r}")
+        if not _is_num(self.max_queue_delay_ms) or not 0 <= self.max_queue_delay_ms <= 10_000:
+            raise ValueError(f"max_queue_delay_ms: expected a number in [0, 10000], got {self.max_queue_delay_ms!r}")
+        if not _is_int(self.queue_size) or self.queue_size < 1:
+            raise ValueError(f"queue_size: expected an int >= 1, got {self.queue_size!r}")
+        if not _is_num(self.timeout_s) or self.timeout_s <= 0:
+            raise ValueError(f"timeout_s: expected a number > 0, got {self.timeout_s!r}")
+        if not _is_int(self.max_body_bytes) or self.max_body_bytes < 1024:
+            raise ValueError(f"max_body_bytes: expected an int >= 1024, got {self.max_body_bytes!r}")
+        if self.token is not None:
+            t = self.token
+            if not isinstance(t, str) or not t or not t.isascii() or any(c.isspace() or not c.isprintable() for c in t):
+                raise ValueError("token: expected a non-empty ASCII string without spaces or control characters")
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``edge-sdk serve`` arguments (the command itself is :func:`edge_sdk.serve.command.run`)."""
+    d = ServeOptions()
+    p.add_argument("packages", nargs="+", metavar="PACKAGE", help="model package(s); each is served under its manifest name")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 exposes the server to the network)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one, printed on stdout)")
+    p.add_argument("--profile", help="device profile name or .toml path (default: $EDGE_SDK_PROFILE or detected)")
+    p.add_argument("--root", default="/", help="read /proc and /sys from this root (default: /)")
+    p.add_argument("--variant", help="force this variant id (every package must have it)")
+    p.add_argument("--threads", type=int, help="override the profile's thread count")
+    p.add_argument("--no-measure", action="store_true", help="do not time tied backends; take the profile's order")
+    p.add_argument("--max-batch", type=int, help="rows per model call when the batch dim is dynamic (default: the model's bound; 1: off)")
+    p.add_argument("--max-delay-ms", type=float, default=d.max_queue_delay_ms,
+                   help=f"how long to wait for more requests to fill a batch (default {d.max_queue_delay_ms:g})")  # fmt: skip
+    p.add_argument("--queue-size", type=int, default=d.queue_size, help=f"waiting requests per model before 503 (default {d.queue_size})")
+    p.add_argument("--timeout-s", type=float, default=d.timeout_s,
+                   help=f"per-request limit (queued + running) before 504 (default {d.timeout_s:g})")  # fmt: skip
+    auth = p.add_mutually_exclusive_group()
+    auth.add_argument("--token-env", metavar="VAR", help="require 'Authorization: Bearer <token>', the token in this environment variable")
+    auth.add_argument("--token-file", metavar="F", help="require 'Authorization: Bearer <token>', the token read from this file")
+    p.add_argument("--tls-cert", metavar="F", help="serve HTTPS with this PEM certificate (chain) file; needs --tls-key")
+    p.add_argument("--tls-key", metavar="F", help="the PEM private key of --tls-cert")
+    p.add_argument("--access-log", action="store_true", help="log every request line (never headers, so never the token)")
