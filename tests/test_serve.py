@@ -597,3 +597,11 @@ def test_cli_serve_subprocess(tmp_path: Path) -> None:
     assert rc == 0, err
     assert "GET /v2" in err  # the access log ran ...
     assert token not in err  # ... and never wrote the token
+
+
+def test_the_listening_socket_is_tcp_so_accepted_connections_get_nodelay(server: Server) -> None:
+    # asyncio sets TCP_NODELAY only on sockets whose proto is IPPROTO_TCP (accepted sockets inherit
+    # it); a proto-0 socket left Nagle on and kept every small keep-alive response ~40 ms.
+    import socket
+
+    assert server._sock is not None and server._sock.proto == socket.IPPROTO_TCP

@@ -198,7 +198,10 @@ def _bind(host: str, port: int) -> socket.socket:
     except socket.gaierror as e:
         raise ServeError(f"cannot resolve host {host!r}: {e}") from None
     family, _, _, _, addr = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto must say TCP: asyncio sets TCP_NODELAY only on sockets whose proto is IPPROTO_TCP, and
+    # accepted sockets inherit it; with proto 0, Nagle + the client's delayed ACK held every small
+    # response on a kept-alive connection for ~40 ms.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if family == socket.AF_INET6:
