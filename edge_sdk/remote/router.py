@@ -1,0 +1,305 @@
+"""The router: local first, remote when local capacity is exceeded, and every result says where it
+was served and why.
+
+::
+
+    local = edge_sdk.load(pkg)
+    remote = remote_model(pkg, RemoteClient("https://gateway:8000", token=...), privacy=PrivacyPolicy("allowed"))
+    router = Router(local, remote, RouterOptions(max_local_queue=2, latency_objective_ms=50))
+    r = router.predict_image(frame, color="BGR")
+    r.served_by, r.reason          # "remote", "local queue full (2 waiting, limit 2)"
+
+Decision, per request (the first that applies):
+
+1. no local model (``local=None``, e.g. no variant fits this device's memory: see
+   :meth:`Router.load`) -> remote;
+2. forced offload (:meth:`Router.set_offload`, what the budget governor's ``Offload`` step calls)
+   or the attached governor is CRITICAL (``offload_on_critical``) -> remote;
+3. the local queue is full: ``max_local_queue`` requests already wait for the local model -> remote;
+4. the latency objective is at risk: (requests ahead + 1) x the local service time (an
+   exponentially weighted mean of recent local calls) > ``latency_objective_ms`` -> remote;
+5. otherwise local.
+
+Then:
+
+- local fails with a runtime error (not the caller's bad input: an :class:`InputError` is raised
+  at once) and ``offload_on_local_error`` -> remote, reason "local failed: ...";
+- remote fails (down, breaker open, privacy refuses, timeout, malformed answer) -> local, reason
+  "remote failed (...); served locally" -- local keeps serving, waiting for its turn if it must;
+- confidence cascade (``cascade_threshold``): a local classification whose top-1 score is under
+  the threshold is sent to the remote model too (which may be a larger model of another package);
+  its answer is returned, or the local one with the remote failure in the reason.
+
+Every request ends in a result or a typed error within its deadline (``deadline_s``: waiting for
+the local model is bounded by it; the remote client has its own deadline): none is lost, none
+hangs. :class:`RouterError` when neither side could serve (its message has both reasons).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, NamedTuple
+
+from ..errors import EdgeSDKError, InputError, SelectionError
+
+__all__ = ["RoutedResult", "Router", "RouterError", "RouterOptions", "RouterTimeoutError"]
+
+
+class RouterError(EdgeSDKError):
+    """Neither the local model nor the remote one could serve the request."""
+
+
+class RouterTimeoutError(RouterError):
+    """The request waited for the local model past its deadline (and no remote could take it)."""
+
+
+class RoutedResult(NamedTuple):
+    """A model Result plus where it was served (``"local"`` or ``"remote"``) and why.
+    ``local_result``: with the cascade, the local answer that was escalated."""
+
+    result: Any
+    served_by: str
+    reason: str
+    local_result: Any = None
+
+    @property
+    def decoded(self) -> Any:
+        return self.result.decoded
+
+    @property
+    def outputs(self) -> Any:
+        return self.result.outputs
+
+    @property
+    def top1(self) -> Any:
+        return self.result.top1
+
+
+@dataclass(frozen=True)
+class RouterOptions:
+    """``max_local_inflight``: local calls at once (>= 1). ``max_local_queue``: requests that may
+    wait for the local model before new ones are offloaded (>= 0). ``latency_objective_ms``: offload
+    when the predicted local latency exceeds it (None: no objective). ``offload_on_critical``:
+    offload while the attached governor is CRITICAL. ``offload_on_local_error``: retry a local
+    runtime failure remotely. ``cascade_threshold``: escalate local classifications whose top-1
+    score is under it (None: no cascade). ``deadline_s``: the most a request may wait for the
+    local model. ``ewma_alpha``: weight of the newest local call in the service-time estimate."""
+
+    max_local_inflight: int = 1
+    max_local_queue: int = 2
+    latency_objective_ms: float | None = None
+    offload_on_critical: bool = True
+    offload_on_local_error: bool = True
+    cascade_threshold: float | None = None
+    deadline_s: float = 30.0
+    ewma_alpha: float = 0.2
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_local_inflight, int) or self.max_local_inflight < 1:
+            raise ValueError(f"max_local_inflight: expected an int >= 1, got {self.max_local_inflight!r}")
+        if not isinstance(self.max_local_queue, int) or self.max_local_queue < 0:
+            raise ValueError(f"max_local_queue: expected an int >= 0, got {self.max_local_queue!r}")
+        if self.latency_objective_ms is not None and not (math.isfinite(self.latency_objective_ms) and self.latency_objective_ms > 0):
+            raise ValueError(f"latency_objective_ms: expected a number > 0 or None, got {self.latency_objective_ms!r}")
+        if self.cascade_threshold is not None and not 0.0 <= self.cascade_threshold <= 1.0:
+            raise ValueError(f"cascade_threshold: expected a score in [0, 1] or None, got {self.cascade_threshold!r}")
+        if not (math.isfinite(self.deadline_s) and self.deadline_s > 0):
+            raise ValueError(f"deadline_s: expected a number > 0, got {self.deadline_s!r}")
+        if not 0.0 < self.ewma_alpha <= 1.0:
+            raise ValueError(f"ewma_alpha: expected a number in (0, 1], got {self.ewma_alpha!r}")
+
+
+class Router:
+    """Routes each request to ``local`` or ``remote`` (edge_sdk Models, or anything with the same
+    ``predict`` / ``predict_image``; either may be None). ``governor``: a budget Governor whose
+    CRITICAL state offloads. ``on_event(kind, detail)``: every offload decision and fallback."""
+
+    def __init__(
+        self,
+        local: Any,
+        remote: Any = None,
+        options: RouterOptions | None = None,
+        *,
+        governor: Any = None,
+        on_event: Callable[[str, str], Any] | None = None,
+        local_unavailable_reason: str = "",
+    ) -> None:
+        if local is None and remote is None:
+            raise ValueError("Router: expected a local model, a remote one, or both")
+        self.local = local
+        self.remote = remote
+        self.options = opts = options or RouterOptions()
+        self.governor = governor
+        self._on_event = on_event
+        self._no_local_reason = local_unavailable_reason or "no local model"
+        self._lock = threading.Condition()
+        self._inflight = 0
+        self._waiting = 0
+        self._service_ms: float | None = None
+        self._forced = False
+        self._counts: dict[str, int] = {}
+        self._opts = opts
+
+    # -- construction -----------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, package: Any, remote: Any = None, options: RouterOptions | None = None, **load_kw: Any) -> "Router":
+        """Load ``package`` locally (``edge_sdk.load(package, **load_kw)``); when no variant can
+        run here (SelectionError: none fits the memory budget, no runtime for any), route
+        everything to ``remote`` and say why."""
+        from ..model import load
+
+        try:
+            local = load(package, **load_kw)
+        except SelectionError as e:
+            if remote is None:
+                raise
+            return cls(None, remote, options, local_unavailable_reason=f"no local variant: {e}")
+        return cls(local, remote, options)
+
+    # -- control ----------------------------------------------------------------------------------
+
+    def set_offload(self, on: bool) -> str:
+        """Send every request to the remote model while ``on`` (the budget governor's ``Offload``
+        step: ``Offload(enable=router.set_offload)``). Without a remote model nothing changes."""
+        if self.remote is None:
+            from ..budget.governor import ActionUnavailable
+
+            raise ActionUnavailable("the router has no remote model")
+        with self._lock:
+            self._forced = bool(on)
+        return f"router offload {'on' if on else 'off'}"
+
+    @property
+    def counts(self) -> Mapping[str, int]:
+        """Requests served, by ``"<where>: <reason kind>"``."""
+        with self._lock:
+            return dict(self._counts)
+
+    @property
+    def local_service_ms(self) -> float | None:
+        return self._service_ms
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    def predict(self, inputs: Any, **kw: Any) -> RoutedResult:
+        return self._route("predict", (inputs,), kw)
+
+    def predict_image(self, image: Any, **kw: Any) -> RoutedResult:
+        return self._route("predict_image", (image,), kw)
+
+    def _event(self, kind: str, detail: str) -> None:
+        with self._lock:
+            self._counts[kind] = self._counts.get(kind, 0) + 1
+        if self._on_event is not None:
+            try:
+                self._on_event(kind, detail)
+            except Exception:  # an observer must not break serving
+                pass
+
+    def _decide(self) -> tuple[str, str]:
+        o = self._opts
+        if self.local is None:
+            return "remote", self._no_local_reason
+        if self.remote is None:
+            return "local", "no remote configured"
+        with self._lock:
+            forced, waiting, inflight, svc = self._forced, self._waiting, self._inflight, self._service_ms
+        if forced:
+            return "remote", "offload forced (governor)"
+        gov = self.governor
+        if o.offload_on_critical and gov is not None and getattr(gov.state, "value", None) == "critical":
+            return "remote", "governor critical"
+        if inflight >= o.max_local_inflight and waiting >= o.max_local_queue:
+            return "remote", f"local queue full ({waiting} waiting, limit {o.max_local_queue})"
+        if o.latency_objective_ms is not None and svc is not None:
+            ahead = waiting + max(0, inflight - o.max_local_inflight + 1)
+            predicted = (ahead + 1) * svc
+            if predicted > o.latency_objective_ms:
+                return "remote", f"latency objective at risk (predicted {predicted:.1f} ms > {o.latency_objective_ms:g} ms)"
+        return "local", "local first"
+
+    def _run_local(self, method: str, args: tuple[Any, ...], kw: dict[str, Any], deadline: float) -> Any:
+        with self._lock:
+            self._waiting += 1
+            try:
+                while self._inflight >= self._opts.max_local_inflight:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise RouterTimeoutError(f"waited {self._opts.deadline_s:g} s for the local model (deadline_s)")
+                    self._lock.wait(left)
+            finally:
+                self._waiting -= 1
+            self._inflight += 1
+        t0 = time.perf_counter()
+        ok = False
+        try:
+            r = getattr(self.local, method)(*args, **kw)
+            ok = True
+            return r
+        finally:
+            ms = (time.perf_counter() - t0) * 1e3
+            with self._lock:
+                self._inflight -= 1
+                if ok:
+                    a = self._opts.ewma_alpha
+                    self._service_ms = ms if self._service_ms is None else (1 - a) * self._service_ms + a * ms
+                self._lock.notify()
+
+    def _route(self, method: str, args: tuple[Any, ...], kw: dict[str, Any]) -> RoutedResult:
+        deadline = time.monotonic() + self._opts.deadline_s
+        where, why = self._decide()
+        if where == "remote":
+            try:
+                r = getattr(self.remote, method)(*args, **kw)
+            except InputError:
+                raise
+            except Exception as e:  # down, breaker open, privacy, timeout, malformed: local keeps serving
+                if self.local is None:
+                    raise RouterError(f"remote failed ({type(e).__name__}: {e}) and there is no local model ({self._no_local_reason})") from e
+                self._event("local: remote failed", f"{why}; remote {type(e).__name__}: {e}")
+                r = self._run_local(method, args, kw, deadline)
+                return RoutedResult(r, "local", f"{why}; remote failed ({type(e).__name__}: {e}); served locally")
+            self._event(f"remote: {why.split(' (')[0]}", why)
+            return RoutedResult(r, "remote", why)
+        try:
+            r = self._run_local(method, args, kw, deadline)
+        except InputError:
+            raise  # the caller's input: the remote would refuse it too
+        except RouterTimeoutError:
+            raise
+        except Exception as e:
+            if self.remote is None or not self._opts.offload_on_local_error:
+                raise
+            why2 = f"local failed ({type(e).__name__}: {e})"
+            try:
+                rr = getattr(self.remote, method)(*args, **kw)
+            except Exception as e2:
+                raise RouterError(f"{why2}; remote failed too ({type(e2).__name__}: {e2})") from e2
+            self._event("remote: local failed", why2)
+            return RoutedResult(rr, "remote", why2)
+        thr = self._opts.cascade_threshold
+        if thr is not None and self.remote is not None:
+            score = _top1_score(r)
+            if score is not None and score < thr:
+                why3 = f"cascade: local top-1 {score:.3f} < {thr:g}"
+                try:
+                    rr = getattr(self.remote, method)(*args, **kw)
+                except Exception as e:
+                    self._event("local: cascade remote failed", f"{why3}; {type(e).__name__}: {e}")
+                    return RoutedResult(r, "local", f"{why3}; remote failed ({type(e).__name__}: {e}); local answer kept", r)
+                self._event("remote: cascade", why3)
+                return RoutedResult(rr, "remote", why3, r)
+        self._event(f"local: {why}", why)
+        return RoutedResult(r, "local", why)
+
+
+def _top1_score(result: Any) -> float | None:
+    dec = getattr(result, "decoded", None)
+    if isinstance(dec, tuple) and dec and isinstance(dec[0], tuple) and dec[0]:
+        s = getattr(dec[0][0], "score", None)
+        return float(s) if s is not None else None
+    return None
