@@ -27,11 +27,14 @@ OPTION_CLASSES = [
     ("edge_sdk.budget.governor", "Budget"),
     ("edge_sdk.budget.simulator", "ThermalModel"),
     ("edge_sdk.serve.options", "ServeOptions"),
+    ("edge_sdk.remote.router", "RouterOptions"),
+    ("edge_sdk.remote.retry", "RetryPolicy"),
+    ("edge_sdk.remote.privacy", "PrivacyPolicy"),
     ("converters.pipeline", "ConvertOptions"),
     ("converters.quantize", "Int8Options"),
     ("converters.quantize", "Int4Options"),
 ]
-ERROR_MODULES = ["edge_sdk.errors", "edge_sdk.pipelines.errors", "edge_sdk.streams.signal"]
+ERROR_MODULES = ["edge_sdk.errors", "edge_sdk.pipelines.errors", "edge_sdk.streams.signal", "edge_sdk.remote.errors"]
 OTHER_ERRORS = [
     ("converters.pipeline", "ConvertError"), ("converters.calibration", "CalibrationError"), ("converters.quantize", "QuantizeError"),
     ("converters.validate", "ValidationError"), ("converters.inspect_model", "InspectError"), ("converters.packaging", "SignatureError"),
