@@ -177,3 +177,38 @@ def test_confidence_cascade_escalates_unsure_answers(local, server) -> None:
         RouterOptions(cascade_threshold=1.5)
     with pytest.raises(ValueError, match="a local model, a remote one, or both"):
         Router(None, None)
+
+
+def test_a_package_no_local_variant_fits_goes_remote_and_says_why(tmp_path: Path) -> None:
+    from onnx import TensorProto, helper, numpy_helper
+
+    from converters.packaging import write_package
+
+    w = np.random.default_rng(0).standard_normal((64, 8192)).astype(np.float32)  # 2 MiB of weights
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "big",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8192])],
+        initializer=[numpy_helper.from_array(w, "w")],
+    )  # fmt: skip
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    pkg = tmp_path / "big"
+    write_package(pkg, {"name": "big", "version": "1", "task": "raw", "inputs": [{"name": "x", "dtype": "float32", "shape": [1, 64]}],
+                        "outputs": [{"name": "y", "dtype": "float32", "shape": [1, 8192]}],
+                        "variants": [{"id": "fp32", "file": "m.onnx", "backend": "onnxruntime", "precision": "fp32"}]},
+                  {"m.onnx": m.SerializeToString()})  # fmt: skip
+    (tmp_path / "profiles").mkdir()
+    tiny = tmp_path / "profiles" / "generic-x86_64.toml"  # this box, but with 1 MiB for models
+    text = (Path(edge_sdk.__file__).parent / "_profiles" / "generic-x86_64.toml")
+    src = text.read_text() if text.exists() else (Path(__file__).parents[1] / "device_profiles" / "generic-x86_64.toml").read_text()
+    tiny.write_text(src.replace("memory_budget_mb = ", "memory_budget_mb = 1 #"))
+    x = np.random.default_rng(1).standard_normal((1, 64)).astype(np.float32)
+    with edge_sdk.load(pkg, "generic-x86_64", cache_dir=tmp_path / "c1") as served, Server([served]) as srv:
+        remote = remote_model(pkg, RemoteClient(srv.url), privacy=ALLOWED, profile="generic-x86_64")
+        router = Router.load(pkg, remote, profile=str(tiny), cache_dir=tmp_path / "c2")
+        assert router.local is None
+        r = router.predict(x)
+        assert r.served_by == "remote" and r.reason.startswith("no local variant: ") and "over the 1 MiB budget" in r.reason
+        np.testing.assert_allclose(r.outputs["y"], x @ w, rtol=1e-4, atol=1e-3)
+        with pytest.raises(edge_sdk.errors.SelectionError):
+            Router.load(pkg, None, profile=str(tiny), cache_dir=tmp_path / "c3")  # no remote: the load error stands
