@@ -36,6 +36,7 @@ from .package import ModelPackage, TensorSpec, Variant, default_cache_dir
 from .processing.decoders import Classification, decode_classification
 from .profiles import Detection, DeviceProfile, resolve_profile
 from .selection import Selection, select_variant
+from .telemetry import ModelTelemetry, Provenance, model_telemetry
 from .validation import InputValidator
 
 _NS = 1e-6  # ns -> ms
@@ -55,6 +56,9 @@ class LoadOptions:
     for NaN/Inf (one memory-bound pass over the input; like scipy's
     ``check_finite``, turn it off only for inputs you produce yourself).
     root: where /proc and /sys are read from for detection (tests use fake trees).
+    telemetry: record every call's stage latencies, requests and errors in the
+    process-wide :mod:`edge_sdk.telemetry` table (a few hundred ns a call);
+    False records nothing (results still carry their provenance).
     """
 
     variant: str | None = None
@@ -71,6 +75,7 @@ class LoadOptions:
     min_cosine: float | None = None
     check_finite: bool = True
     root: str = "/"
+    telemetry: bool = True
 
     def __post_init__(self) -> None:
         if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
@@ -121,6 +126,9 @@ class Result(NamedTuple):
     else None.
     ``batch_size``: rows run in the call that produced this result
     (``predict_batch`` runs several items at once; timings are the whole call's).
+    ``provenance``: the model's :class:`~edge_sdk.telemetry.Provenance` (model, version,
+    sha256, variant, backend, runtime and its version, profile, SDK version): one immutable
+    object per loaded model, shared by all its results (None only for a Result built by hand).
     """
 
     outputs: Mapping[str, np.ndarray]
@@ -133,6 +141,7 @@ class Result(NamedTuple):
     model_sha256: str
     batch_size: int = 1
     transform: Any = None
+    provenance: Provenance | None = None
 
     @property
     def top1(self) -> Classification:
@@ -150,6 +159,8 @@ class Result(NamedTuple):
             "sha256": self.model_sha256,
             "timings_ms": self.timings._asdict(),
         }
+        if self.provenance is not None:
+            d["provenance"] = self.provenance.to_dict()
         if isinstance(self.decoded, tuple):
             d["classes"] = [[{"index": c.index, "label": c.label, "score": c.score} for c in row] for row in self.decoded]
         elif self.decoded is not None and hasattr(self.decoded, "to_dict"):
@@ -200,10 +211,19 @@ class Model:
         self._decode_other = _build_decoder(self.manifest, self._inputs, self._outputs)
         self._labels = self.manifest.labels
         self._meta = (variant.id, session.info.backend, self.manifest.name, self.manifest.version, variant.sha256)
+        info = session.info
+        self.provenance = Provenance(
+            self.manifest.name, self.manifest.version, variant.sha256, variant.id, info.backend, info.runtime, info.runtime_version,
+            detection.profile.name,
+        )  # fmt: skip
         self._image_spec = next((s for s in self._inputs if s.preprocess is not None), None)
         self._finite = options.check_finite
         self._close_lock = threading.Lock()
         self._closed = False
+        # Shared by every Model with this provenance; None when loaded with telemetry=False.
+        self._tm: ModelTelemetry | None = model_telemetry(self.provenance) if options.telemetry else None
+        if self._tm is not None:
+            self._tm.opened()
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -223,12 +243,20 @@ class Model:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def telemetry(self) -> ModelTelemetry | None:
+        """This model's latency histograms and counters (see :mod:`edge_sdk.telemetry`),
+        shared with every Model of the same provenance; None when loaded with telemetry=False."""
+        return self._tm
+
     def close(self) -> None:
-        """Release the session. Safe to call more than once."""
+        """Release the session. Safe to call more than once. The telemetry series stay."""
         with self._close_lock:
             if self._closed:
                 return
             self._closed = True
+            if self._tm is not None:
+                self._tm.closed()
             self._session.close()
 
     def __enter__(self) -> "Model":
@@ -248,9 +276,18 @@ class Model:
         finite floats, C-contiguous); nothing is cast. Raises InputError
         subclasses, SessionClosedError, SessionError."""
         t0 = time.perf_counter_ns()
-        feeds = self._validate(inputs, finite=self._finite)
-        t1 = time.perf_counter_ns()
-        return self._finish(feeds, t0, t1, top_k, None)
+        try:
+            feeds = self._validate(inputs, finite=self._finite)
+            t1 = time.perf_counter_ns()
+            return self._finish(feeds, t0, t1, top_k, None)
+        except Exception as e:
+            self._failed(e, "predict")
+            raise
+
+    def _failed(self, exc: BaseException, call: str) -> None:
+        """Count a failed call (by exception type) and report it to event listeners."""
+        if self._tm is not None:
+            self._tm.error(exc, call)
 
     def predict_image(self, image: np.ndarray | str | Path, *, color: str = "RGB", top_k: int | None = None) -> Result:
         """Run on an image (HxWx3 uint8 array in ``color`` order, or a file path),
@@ -265,20 +302,24 @@ class Model:
         the one before. Raises ImageError / InputError like predict_image."""
         from .processing.image import load_image_bgr, preprocess_image
 
-        if self._image_spec is None:
-            raise ImageError(f"model {self.manifest.name} declares no image input; use predict() with tensors")
-        if len(self._inputs) - len(self._state_inputs) != 1:
-            raise ImageError("predict_image supports models with one (non-state) input")
-        t0 = time.perf_counter_ns()
-        if isinstance(image, (str, Path)):
-            image = load_image_bgr(image)  # no full-frame channel swap: preprocessing swaps the small image
-            color = "BGR"
-        x, tf = preprocess_image(image, self._image_spec, color=color)
-        t1 = time.perf_counter_ns()
-        # Made from uint8 pixels and finite constants: finite in float32/64; the scan
-        # (a full pass over the input) is kept for float16, where a tiny std could overflow.
-        feeds = self._validate({self._image_spec.name: x}, finite=self._finite and self._image_spec.dtype == "float16")
-        t2 = time.perf_counter_ns()
+        try:
+            if self._image_spec is None:
+                raise ImageError(f"model {self.manifest.name} declares no image input; use predict() with tensors")
+            if len(self._inputs) - len(self._state_inputs) != 1:
+                raise ImageError("predict_image supports models with one (non-state) input")
+            t0 = time.perf_counter_ns()
+            if isinstance(image, (str, Path)):
+                image = load_image_bgr(image)  # no full-frame channel swap: preprocessing swaps the small image
+                color = "BGR"
+            x, tf = preprocess_image(image, self._image_spec, color=color)
+            t1 = time.perf_counter_ns()
+            # Made from uint8 pixels and finite constants: finite in float32/64; the scan
+            # (a full pass over the input) is kept for float16, where a tiny std could overflow.
+            feeds = self._validate({self._image_spec.name: x}, finite=self._finite and self._image_spec.dtype == "float16")
+            t2 = time.perf_counter_ns()
+        except Exception as e:
+            self._failed(e, "prepare_image")
+            raise
         return PreparedImage(self, feeds, tf, t1 - t0, t2 - t1)
 
     def predict_prepared(self, prepared: PreparedImage, *, top_k: int | None = None) -> Result:
@@ -286,19 +327,23 @@ class Model:
         :meth:`prepare_image` made (for this model) and decode. The result's timings
         count the preparation too (``total_ms`` = preprocess + validate + inference +
         decode; time spent waiting between the halves is not counted)."""
-        if not isinstance(prepared, PreparedImage):
-            raise InputError(f"predict_prepared: expected a PreparedImage from prepare_image(), got {type(prepared).__name__}")
-        if prepared.model is not self:
-            raise InputError(f"predict_prepared: this PreparedImage was made by another model ({prepared.model!r}), not {self!r}")
-        t_ready = time.perf_counter_ns()
-        return self._finish(
-            dict(prepared.feeds),
-            t_ready - prepared.preprocess_ns - prepared.validate_ns,
-            t_ready,
-            top_k,
-            prepared.transform,
-            pre_ns=prepared.preprocess_ns,
-        )
+        try:
+            if not isinstance(prepared, PreparedImage):
+                raise InputError(f"predict_prepared: expected a PreparedImage from prepare_image(), got {type(prepared).__name__}")
+            if prepared.model is not self:
+                raise InputError(f"predict_prepared: this PreparedImage was made by another model ({prepared.model!r}), not {self!r}")
+            t_ready = time.perf_counter_ns()
+            return self._finish(
+                dict(prepared.feeds),
+                t_ready - prepared.preprocess_ns - prepared.validate_ns,
+                t_ready,
+                top_k,
+                prepared.transform,
+                pre_ns=prepared.preprocess_ns,
+            )
+        except Exception as e:
+            self._failed(e, "predict_prepared")
+            raise
 
     def _decode_outputs(self, outs: Mapping[str, np.ndarray], top_k: int | None, transform: Any) -> Any:
         if self._cls_output is not None:
@@ -322,11 +367,15 @@ class Model:
         t2 = time.perf_counter_ns()
         decoded = self._decode_outputs(outs, top_k, transform)
         t3 = time.perf_counter_ns()
+        val_ns, inf_ns, dec_ns, tot_ns = t_ready - t0 - pre_ns, t2 - t_ready, t3 - t2, t3 - t0
+        tm = self._tm
+        if tm is not None:  # a few list appends, no lock (see edge_sdk.telemetry)
+            tm.record(val_ns, pre_ns, inf_ns, dec_ns, tot_ns)
         vid, backend, name, version, sha = self._meta
         return Result(
             outs,
             decoded,
-            Timings((t_ready - t0 - pre_ns) * _NS, pre_ns * _NS, (t2 - t_ready) * _NS, (t3 - t2) * _NS, (t3 - t0) * _NS),
+            Timings(val_ns * _NS, pre_ns * _NS, inf_ns * _NS, dec_ns * _NS, tot_ns * _NS),
             vid,
             backend,
             name,
@@ -334,6 +383,7 @@ class Model:
             sha,
             batch,
             transform,
+            self.provenance,
         )
 
     def predict_batch(self, items: Sequence[np.ndarray | Mapping[str, np.ndarray]], *, top_k: int | None = None) -> list[Result]:
@@ -342,10 +392,19 @@ class Model:
         into calls of up to its upper bound, else run one by one. One Result per
         item, in order; ``Result.batch_size`` says how many rows shared the call."""
         if not items:
-            raise InputError("predict_batch: expected at least one item, got an empty sequence")
+            e = InputError("predict_batch: expected at least one item, got an empty sequence")
+            self._failed(e, "predict_batch")
+            raise e
         max_b = self._max_batch()
         if max_b <= 1:
             return [self.predict(x, top_k=top_k) for x in items]
+        try:
+            return self._predict_stacked(items, max_b, top_k)
+        except Exception as e:
+            self._failed(e, "predict_batch")
+            raise
+
+    def _predict_stacked(self, items: Sequence[np.ndarray | Mapping[str, np.ndarray]], max_b: int, top_k: int | None) -> list[Result]:
         results: list[Result] = []
         for start in range(0, len(items), max_b):
             chunk = items[start : start + max_b]
@@ -403,6 +462,7 @@ class Model:
             "session_create_ms": round(info.create_ms, 2),
             "profile": self.detection.profile.name,
             "selection": self.selection.to_dict(),
+            "provenance": self.provenance.to_dict(),
         }
 
 
@@ -435,14 +495,19 @@ class Stream:
         m = self._model
         with self._lock:
             t0 = time.perf_counter_ns()
-            if isinstance(inputs, Mapping):
-                given = [k for k in inputs if k in m._state_inputs]
-                if given:
-                    raise InputError(f"state input(s) {given} are fed by the stream; pass only {[n for n in m._validate.names if n not in m._state_inputs]}")
-            feeds = m._validate(inputs, skip=m._state_inputs, finite=m._finite)
-            feeds.update(self._state)
-            t1 = time.perf_counter_ns()
-            r = m._finish(feeds, t0, t1, top_k, None)
+            try:
+                if isinstance(inputs, Mapping):
+                    given = [k for k in inputs if k in m._state_inputs]
+                    if given:
+                        rest = [n for n in m._validate.names if n not in m._state_inputs]
+                        raise InputError(f"state input(s) {given} are fed by the stream; pass only {rest}")
+                feeds = m._validate(inputs, skip=m._state_inputs, finite=m._finite)
+                feeds.update(self._state)
+                t1 = time.perf_counter_ns()
+                r = m._finish(feeds, t0, t1, top_k, None)
+            except Exception as e:
+                m._failed(e, "stream")
+                raise
             self._state = {p.input: np.ascontiguousarray(r.outputs[p.output]) for p in self._pairs}
             return r
 

@@ -541,6 +541,7 @@ class Governor:
         self._events_lock = threading.Lock()  # events are read from other threads while step() appends
         self._counts: Counter[str] = Counter()
         self._action_counts: Counter[tuple[str, str]] = Counter()  # (kind, action) -> events
+        self._transitions: Counter[tuple[str, str]] = Counter()  # (from state, to state) -> transitions
         self._subscribers: list[Callable[[GovernorEvent], Any]] = []
         self._vetoes: list[Callable[[str, GovernorState, SensorSnapshot | None], bool]] = []
         self._infer_lock = threading.Lock()
@@ -636,6 +637,7 @@ class Governor:
         with self._events_lock:
             counts = {k: self._counts.get(k, 0) for k in EVENT_KINDS}
             action_counts = [{"kind": k, "action": a, "count": n} for (k, a), n in sorted(self._action_counts.items())]
+            transitions = [{"from": f, "to": t, "count": n} for (f, t), n in sorted(self._transitions.items())]
             events = list(self._events)[-last_events:] if last_events > 0 else []
         return {
             "state": state.value,
@@ -653,6 +655,7 @@ class Governor:
             "applied": [x.name for x in tuple(self._applied)],
             "counts": counts,
             "action_counts": action_counts,
+            "transitions": transitions,
             "last_events": [e.to_dict() for e in events],
         }
 
@@ -683,6 +686,8 @@ class Governor:
             if new is not prev:
                 held = now - self._state_since
                 self._state, self._state_since = new, now
+                with self._events_lock:
+                    self._transitions[(prev.value, new.value)] += 1
                 why = a.reason if new.level > prev.level else f"{a.reading}: {self._release_rule(prev)}, after {held:.1f} s in {prev.value}"
                 self._emit(now, "transition", None, why, f"{prev.value} -> {new.value}")
             self._move_ladder(prev, new, a, snapshot, now)

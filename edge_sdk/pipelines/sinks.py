@@ -149,19 +149,25 @@ def _num(v: float | None) -> float | None:
 
 def frame_result_record(fr: "FrameResult") -> dict[str, Any]:
     """The JSON-ready dict JsonLinesSink writes for one result: index, timestamp_ms,
-    source_timestamp_ms, latency_ms, model, variant, backend, ``budget_state`` (with a governor
-    attached), then ``classes`` (top-k of a
+    source_timestamp_ms, latency_ms, model, version, variant, backend, sha256, ``provenance`` (the
+    result's :class:`~edge_sdk.telemetry.Provenance`: model, version, sha256, variant, backend,
+    runtime and its version, profile, SDK version; None for a result without one),
+    ``budget_state`` (with a governor attached), then ``classes`` (top-k of a
     classification: index, label, score), ``detections`` (xyxy, score, label), and, when neither
     is there, ``output_shapes`` (name -> shape)."""
     r = fr.result
+    prov = getattr(r, "provenance", None)
     rec: dict[str, Any] = {
         "index": fr.index,
         "timestamp_ms": fr.timestamp_ms,
         "source_timestamp_ms": _num(fr.frame.source_timestamp_ms),
         "latency_ms": fr.latency_ms,
         "model": getattr(r, "model_name", None),
+        "version": getattr(r, "model_version", None),
         "variant": getattr(r, "variant_id", None),
         "backend": getattr(r, "backend", None),
+        "sha256": getattr(r, "model_sha256", None),
+        "provenance": prov.to_dict() if hasattr(prov, "to_dict") else None,
     }
     if getattr(fr, "budget_state", None) is not None:
         rec["budget_state"] = fr.budget_state

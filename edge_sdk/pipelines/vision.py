@@ -313,6 +313,7 @@ class VisionPipeline:
         self._active: tuple[Any, bool] = (model, _has_split_api(model))  # (model, has prepare_image/predict_prepared)
         self._on_error = on_error
         self._on_drop = on_drop
+        self._drop_listeners: list[Callable[[FrameDrop], Any]] = []  # add_drop_listener (telemetry EventLog)
         self.governor = governor  # a budget Governor: its state on every FrameResult, inference time for its energy estimate
         self._predict_kw = {"top_k": opts.top_k} if opts.top_k is not None else {}
         self.preprocess = _preprocess_mode(opts.preprocess, model, opts.workers)
@@ -435,6 +436,14 @@ class VisionPipeline:
         """The exception that ended the capture early (a failed source), else None."""
         return self._error
 
+    def add_drop_listener(self, callback: Callable[[FrameDrop], Any]) -> Callable[[], None]:
+        """Call ``callback(drop)`` for every drop too, like ``on_drop`` (on pipeline threads; keep it
+        quick; exceptions are logged and ignored). Returns a function that removes it."""
+        if not callable(callback):
+            raise TypeError(f"callback: expected a callable, got {type(callback).__name__}")
+        self._drop_listeners.append(callback)
+        return lambda: self._drop_listeners.remove(callback) if callback in self._drop_listeners else None
+
     def start(self) -> "VisionPipeline":
         """Open the source and sinks and start the threads; returns at once."""
         with self._lock:
@@ -556,13 +565,15 @@ class VisionPipeline:
         return FrameDrop(index, reason, detail, _now_ms(), self.source.name)
 
     def _report_drops(self, drops: list[FrameDrop]) -> None:
-        if self._on_drop is None:
+        if not drops or (self._on_drop is None and not self._drop_listeners):
             return
+        callbacks = ([self._on_drop] if self._on_drop is not None else []) + self._drop_listeners
         for d in drops:
-            try:
-                self._on_drop(d)
-            except Exception:
-                _log.exception("on_drop callback raised (ignored)")
+            for cb in callbacks:
+                try:
+                    cb(d)
+                except Exception:
+                    _log.exception("on_drop callback raised (ignored)")
 
     def _report_error(self, exc: BaseException, frame: Frame | None) -> None:
         if self._on_error is None:

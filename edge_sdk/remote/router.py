@@ -33,6 +33,14 @@ Then:
 Every request ends in a result or a typed error within its deadline (``deadline_s``: waiting for
 the local model is bounded by it; the remote client has its own deadline): none is lost, none
 hangs. :class:`RouterError` when neither side could serve (its message has both reasons).
+
+Telemetry: each answered request is counted by where it was served and its trigger
+(:attr:`Router.requests_by_trigger`), each request sent to the remote model by the trigger that sent
+it (:attr:`Router.offloads`); :func:`edge_sdk.telemetry.router_samples` exports both.
+:meth:`Router.subscribe` gets a :class:`RouterEvent` for every offload and fallback (what
+:class:`edge_sdk.telemetry.EventLog` logs). Triggers (:data:`TRIGGERS`): ``no_local``, ``forced``,
+``governor_critical``, ``queue_full``, ``latency_objective``, ``local_error``, ``cascade`` (served
+remote); ``local_first``, ``no_remote``, ``remote_failed``, ``cascade_remote_failed`` (served locally).
 """
 
 from __future__ import annotations
@@ -45,7 +53,13 @@ from typing import Any, Callable, Mapping, NamedTuple
 
 from ..errors import EdgeSDKError, InputError, SelectionError
 
-__all__ = ["RoutedResult", "Router", "RouterError", "RouterOptions", "RouterTimeoutError"]
+__all__ = ["TRIGGERS", "RoutedResult", "Router", "RouterError", "RouterEvent", "RouterOptions", "RouterTimeoutError"]
+
+#: Why a request was served where it was (the ``trigger`` of the counters and events).
+TRIGGERS = (
+    "no_local", "forced", "governor_critical", "queue_full", "latency_objective", "local_error", "cascade",
+    "local_first", "no_remote", "remote_failed", "cascade_remote_failed",
+)  # fmt: skip
 
 
 class RouterError(EdgeSDKError):
@@ -76,6 +90,22 @@ class RoutedResult(NamedTuple):
     @property
     def top1(self) -> Any:
         return self.result.top1
+
+
+class RouterEvent(NamedTuple):
+    """An offload (``kind`` "offload": served by the remote model) or a fallback ("fallback": the
+    remote model failed, served locally). ``trigger``: one of TRIGGERS; ``decision``: for a
+    fallback, the trigger that sent the request to the remote model. ``error``: the exception type
+    that caused a fallback or an offload after a local failure. ``provenance``: of the model that
+    served (or, for a fallback, will serve) the request, when it has one."""
+
+    kind: str
+    trigger: str
+    served_by: str
+    reason: str
+    decision: str | None = None
+    error: str | None = None
+    provenance: Any = None
 
 
 @dataclass(frozen=True)
@@ -141,6 +171,9 @@ class Router:
         self._service_ms: float | None = None
         self._forced = False
         self._counts: dict[str, int] = {}
+        self._by_trigger: dict[tuple[str, str], int] = {}  # (served_by, trigger) -> requests
+        self._offloads: dict[str, int] = {}  # trigger -> requests sent to the remote model
+        self._listeners: list[Callable[[RouterEvent], Any]] = []
         self._opts = opts
 
     # -- construction -----------------------------------------------------------------------------
@@ -180,8 +213,30 @@ class Router:
             return dict(self._counts)
 
     @property
+    def requests_by_trigger(self) -> Mapping[tuple[str, str], int]:
+        """Requests answered, by ``(served_by, trigger)``."""
+        with self._lock:
+            return dict(self._by_trigger)
+
+    @property
+    def offloads(self) -> Mapping[str, int]:
+        """Requests sent to the remote model (answered there or not), by trigger."""
+        with self._lock:
+            return dict(self._offloads)
+
+    @property
+    def local_waiting(self) -> int:
+        return self._waiting
+
+    @property
     def local_service_ms(self) -> float | None:
         return self._service_ms
+
+    def subscribe(self, callback: Callable[[RouterEvent], Any]) -> Callable[[], None]:
+        """Call ``callback(event)`` for every offload and fallback (on the requesting thread; keep
+        it quick; exceptions are ignored). Returns an unsubscribe function."""
+        self._listeners.append(callback)
+        return lambda: self._listeners.remove(callback) if callback in self._listeners else None
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -191,36 +246,58 @@ class Router:
     def predict_image(self, image: Any, **kw: Any) -> RoutedResult:
         return self._route("predict_image", (image,), kw)
 
-    def _event(self, kind: str, detail: str) -> None:
+    def _offload(self, trigger: str) -> None:
+        with self._lock:
+            self._offloads[trigger] = self._offloads.get(trigger, 0) + 1
+
+    def _event(
+        self, kind: str, detail: str, served_by: str, trigger: str, *, result: Any = None, decision: str | None = None,
+        error: BaseException | None = None,
+    ) -> None:  # fmt: skip
         with self._lock:
             self._counts[kind] = self._counts.get(kind, 0) + 1
+            key = (served_by, trigger)
+            self._by_trigger[key] = self._by_trigger.get(key, 0) + 1
         if self._on_event is not None:
             try:
                 self._on_event(kind, detail)
             except Exception:  # an observer must not break serving
                 pass
+        fallback = served_by == "local" and trigger in ("remote_failed", "cascade_remote_failed")
+        if self._listeners and (served_by == "remote" or fallback):
+            model = self.remote if served_by == "remote" else self.local
+            prov = getattr(result, "provenance", None) or getattr(model, "provenance", None)
+            ev = RouterEvent("offload" if served_by == "remote" else "fallback", trigger, served_by, detail, decision,
+                             None if error is None else type(error).__name__, prov)  # fmt: skip
+            for cb in list(self._listeners):
+                try:
+                    cb(ev)
+                except Exception:  # an observer must not break serving
+                    pass
 
-    def _decide(self) -> tuple[str, str]:
+    def _decide(self) -> tuple[str, str, str]:
+        """(where, why, trigger)."""
         o = self._opts
         if self.local is None:
-            return "remote", self._no_local_reason
+            return "remote", self._no_local_reason, "no_local"
         if self.remote is None:
-            return "local", "no remote configured"
+            return "local", "no remote configured", "no_remote"
         with self._lock:
             forced, waiting, inflight, svc = self._forced, self._waiting, self._inflight, self._service_ms
         if forced:
-            return "remote", "offload forced (governor)"
+            return "remote", "offload forced (governor)", "forced"
         gov = self.governor
         if o.offload_on_critical and gov is not None and getattr(gov.state, "value", None) == "critical":
-            return "remote", "governor critical"
+            return "remote", "governor critical", "governor_critical"
         if inflight >= o.max_local_inflight and waiting >= o.max_local_queue:
-            return "remote", f"local queue full ({waiting} waiting, limit {o.max_local_queue})"
+            return "remote", f"local queue full ({waiting} waiting, limit {o.max_local_queue})", "queue_full"
         if o.latency_objective_ms is not None and svc is not None:
             ahead = waiting + max(0, inflight - o.max_local_inflight + 1)
             predicted = (ahead + 1) * svc
             if predicted > o.latency_objective_ms:
-                return "remote", f"latency objective at risk (predicted {predicted:.1f} ms > {o.latency_objective_ms:g} ms)"
-        return "local", "local first"
+                why = f"latency objective at risk (predicted {predicted:.1f} ms > {o.latency_objective_ms:g} ms)"
+                return "remote", why, "latency_objective"
+        return "local", "local first", "local_first"
 
     def _run_local(self, method: str, args: tuple[Any, ...], kw: dict[str, Any], deadline: float) -> Any:
         with self._lock:
@@ -251,8 +328,9 @@ class Router:
 
     def _route(self, method: str, args: tuple[Any, ...], kw: dict[str, Any]) -> RoutedResult:
         deadline = time.monotonic() + self._opts.deadline_s
-        where, why = self._decide()
+        where, why, trigger = self._decide()
         if where == "remote":
+            self._offload(trigger)
             try:
                 r = getattr(self.remote, method)(*args, **kw)
             except InputError:
@@ -260,10 +338,11 @@ class Router:
             except Exception as e:  # down, breaker open, privacy, timeout, malformed: local keeps serving
                 if self.local is None:
                     raise RouterError(f"remote failed ({type(e).__name__}: {e}) and there is no local model ({self._no_local_reason})") from e
-                self._event("local: remote failed", f"{why}; remote {type(e).__name__}: {e}")
                 r = self._run_local(method, args, kw, deadline)
+                self._event("local: remote failed", f"{why}; remote {type(e).__name__}: {e}", "local", "remote_failed",
+                            result=r, decision=trigger, error=e)  # fmt: skip
                 return RoutedResult(r, "local", f"{why}; remote failed ({type(e).__name__}: {e}); served locally")
-            self._event(f"remote: {why.split(' (')[0]}", why)
+            self._event(f"remote: {why.split(' (')[0]}", why, "remote", trigger, result=r)
             return RoutedResult(r, "remote", why)
         try:
             r = self._run_local(method, args, kw, deadline)
@@ -275,25 +354,28 @@ class Router:
             if self.remote is None or not self._opts.offload_on_local_error:
                 raise
             why2 = f"local failed ({type(e).__name__}: {e})"
+            self._offload("local_error")
             try:
                 rr = getattr(self.remote, method)(*args, **kw)
             except Exception as e2:
                 raise RouterError(f"{why2}; remote failed too ({type(e2).__name__}: {e2})") from e2
-            self._event("remote: local failed", why2)
+            self._event("remote: local failed", why2, "remote", "local_error", result=rr, error=e)
             return RoutedResult(rr, "remote", why2)
         thr = self._opts.cascade_threshold
         if thr is not None and self.remote is not None:
             score = _top1_score(r)
             if score is not None and score < thr:
                 why3 = f"cascade: local top-1 {score:.3f} < {thr:g}"
+                self._offload("cascade")
                 try:
                     rr = getattr(self.remote, method)(*args, **kw)
                 except Exception as e:
-                    self._event("local: cascade remote failed", f"{why3}; {type(e).__name__}: {e}")
+                    self._event("local: cascade remote failed", f"{why3}; {type(e).__name__}: {e}", "local", "cascade_remote_failed",
+                                result=r, decision="cascade", error=e)  # fmt: skip
                     return RoutedResult(r, "local", f"{why3}; remote failed ({type(e).__name__}: {e}); local answer kept", r)
-                self._event("remote: cascade", why3)
+                self._event("remote: cascade", why3, "remote", "cascade", result=rr)
                 return RoutedResult(rr, "remote", why3, r)
-        self._event(f"local: {why}", why)
+        self._event(f"local: {why}", why, "local", trigger, result=r)
         return RoutedResult(r, "local", why)
 
 

@@ -25,7 +25,9 @@ Endpoints (``{v}``, the version segment, is optional; when given it must be the 
 - ``GET /metrics``: Prometheus text (:mod:`edge_sdk.telemetry`): ``edge_sdk_serve_requests_total``
   by model and status code, success / failure counts, request duration, queue duration and
   compute duration sums, inference (rows) and execution (model call) counts, batch size sum /
-  count, queue depth and capacity, readiness.
+  count, queue depth and capacity, readiness; and the served models' runtime telemetry
+  (``edge_sdk_model_*``: provenance, requests, errors by type, and the ``inference`` stage latency
+  histogram, one observation per model call).
 
 Queueing and batching (:mod:`edge_sdk.serve.batching`): each model has a worker thread and a queue
 of at most ``queue_size`` waiting requests; when full the answer is 503 with ``Retry-After``

@@ -34,7 +34,7 @@ from ..errors import InputError
 from ..model import Model
 from ..remote import protocol
 from ..telemetry import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from ..telemetry import Registry, Sample
+from ..telemetry import Registry, Sample, model_samples
 from ..validation import InputValidator
 from .batching import Job, ModelWorker, QueueFullError, WorkerStoppedError, stack_key
 from .options import ServeOptions
@@ -215,10 +215,13 @@ class _App:
             batching = model_max > 1 and outputs_batched
             max_batch = cap if batching else 1
             delay_s = options.max_queue_delay_ms / 1000
-            worker = ModelWorker(name, m.session.run, max_batch=max_batch, max_delay_s=delay_s, queue_size=options.queue_size)
+            tm = m.telemetry  # each model call lands in the model's inference-stage histogram, failures in its error counts
+            run = m.session.run if tm is None else tm.timed(m.session.run)
+            worker = ModelWorker(name, run, max_batch=max_batch, max_delay_s=delay_s, queue_size=options.queue_size)
             self.served[name] = ServedModel(name, m, worker, batching, InputValidator(m.inputs), tuple(s.name for s in m.outputs))
         self.registry = Registry()
         self.registry.add(self.samples)
+        self.registry.add(model_samples([s.model for s in self.served.values()]))  # runtime histograms of the served models
         self._unknown_requests: dict[int, int] = {}  # requests for models not served, by status code
         self._started = False
         self._stopping = False
