@@ -7,6 +7,8 @@
     edge-sdk monitor [--profile P] [--root DIR] [--interval S] [--count N] [--url URL] [--json]
     edge-sdk serve PACKAGE... [--host H] [--port N] [--max-batch N] [--max-delay-ms MS] [--queue-size N]
                    [--timeout-s S] [--token-env VAR | --token-file F] [--tls-cert F --tls-key F]
+    edge-sdk bench PACKAGE [--variant V ...|--all-variants] [--scenario S ...] [--vs-raw] [--json F] [--plot F.png] ...
+    edge-sdk bench --compare A.json B.json
 
 Exit codes: 0 ok, 1 an edge_sdk error (message on stderr), 2 bad usage.
 """
@@ -69,6 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("serve", help="serve packages over the Open Inference Protocol (KServe v2 REST); needs the server extra")
     add_serve_arguments(p)
+    from .bench.command import add_arguments as add_bench_arguments
+
+    p = sub.add_parser(
+        "bench", help="measure a package on this device in the MLPerf Inference scenarios; compare variants, the raw runtime, two runs"
+    )
+    add_bench_arguments(p)
     return ap
 
 
@@ -78,6 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         cmds = {
             "profile": cmd_profile, "inspect": cmd_inspect, "predict": cmd_predict, "demo": cmd_demo, "monitor": cmd_monitor, "serve": cmd_serve,
         }  # fmt: skip
+        if args.cmd == "bench":
+            return cmd_bench(args, argv)
         return cmds[args.cmd](args)
     except KeyboardInterrupt:
         return 0
@@ -286,6 +296,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .serve.command import run
 
     return run(args)
+
+
+def cmd_bench(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
+    from .bench.command import run
+
+    return run(args, argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -30,6 +30,7 @@ OPTION_CLASSES = [
     ("edge_sdk.remote.router", "RouterOptions"),
     ("edge_sdk.remote.retry", "RetryPolicy"),
     ("edge_sdk.remote.privacy", "PrivacyPolicy"),
+    ("edge_sdk.bench.options", "BenchOptions"),
     ("converters.pipeline", "ConvertOptions"),
     ("converters.quantize", "Int8Options"),
     ("converters.quantize", "Int4Options"),
@@ -39,7 +40,7 @@ OTHER_ERRORS = [
     ("converters.pipeline", "ConvertError"), ("converters.calibration", "CalibrationError"), ("converters.quantize", "QuantizeError"),
     ("converters.validate", "ValidationError"), ("converters.inspect_model", "InspectError"), ("converters.packaging", "SignatureError"),
     ("tools.fetch_pretrained", "FetchError"), ("edge_sdk.budget.sensors", "SensorUnavailable"),
-    ("edge_sdk.budget.governor", "ActionUnavailable"), ("edge_sdk.serve.server", "ServeError"),
+    ("edge_sdk.budget.governor", "ActionUnavailable"), ("edge_sdk.serve.server", "ServeError"), ("edge_sdk.bench.options", "BenchError"),
 ]  # fmt: skip
 
 

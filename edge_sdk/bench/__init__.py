@@ -1,0 +1,50 @@
+"""``edge-sdk bench``: measure a model package on this device the way MLPerf Inference defines
+its scenarios (single-stream, multi-stream, server, offline), compare variants, backends and the
+raw runtime, and compare two runs.
+
+::
+
+    from edge_sdk.bench import BenchOptions, run_bench, render_text, compare_reports
+
+    report = run_bench("shapes-classifier/", BenchOptions(scenarios=("single-stream", "offline"), all_variants=True))
+    print(render_text(report))              # the table the CLI prints
+    write_json(report, "run.json")          # follows edge_sdk/bench/schema.json
+    write_plot(report, "run.png")           # needs matplotlib
+    print(render_comparison(compare_reports(old, report)))
+
+``docs/benchmarks/README.md`` explains the scenarios, the report and how to read a comparison.
+The names below load on first use (``python -m edge_sdk.bench.coldstart`` must start light).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "BenchOptions": "options",
+    "BenchError": "options",
+    "SCENARIOS": "options",
+    "run_bench": "runner",
+    "search_max_rate": "runner",
+    "render_text": "report",
+    "render_markdown": "report",
+    "write_json": "report",
+    "read_json": "report",
+    "load_schema": "report",
+    "validate_report": "report",
+    "SCHEMA_VERSION": "report",
+    "compare_reports": "compare",
+    "render_comparison": "compare",
+    "write_plot": "plot",
+    "measure_cold_start": "coldstart",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'edge_sdk.bench' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{mod}"), name)

@@ -1,0 +1,190 @@
+"""The ``edge-sdk bench`` subcommand: arguments and the run (``edge_sdk/cli.py`` stays thin).
+
+    edge-sdk bench PACKAGE [--variant V ...|--all-variants] [--scenario S ...|all] [--vs-raw] [--json F] [--plot F.png] ...
+    edge-sdk bench --compare A.json B.json [--min-effect F] [--json F]
+
+Exit codes: 0 done, 1 an edge_sdk error (message on stderr), 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from .options import INPUT_MODES, SCENARIOS
+
+__all__ = ["add_arguments", "run"]
+
+
+def _hw(text: str) -> tuple[int, int]:
+    try:
+        h, w = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected HxW (e.g. 480x640), got {text!r}") from None
+    return h, w
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The bench options (defaults are BenchOptions' own)."""
+    p.add_argument("package", nargs="?", help="model package (folder or archive); not with --compare")
+    g = p.add_argument_group("what to measure")
+    g.add_argument(
+        "--variant", action="append", default=[], metavar="V", help="variant id (repeat to compare several; default: the one load selects)"
+    )
+    g.add_argument("--all-variants", action="store_true", help="every variant whose runtime is installed, side by side")
+    g.add_argument(
+        "--scenario", action="append", default=[], metavar="S",
+        help=f"{', '.join(SCENARIOS)} or all (repeat or comma-separate; default single-stream)",
+    )  # fmt: skip
+    g.add_argument(
+        "--vs-raw", action="store_true", help="add each variant's bytes in the bare runtime (same threads) and report the SDK's overhead"
+    )
+    g = p.add_argument_group("bounds and inputs")
+    g.add_argument("--duration-s", type=float, default=5.0, metavar="S", help="measured seconds per target and scenario (default 5)")
+    g.add_argument("--count", type=int, metavar="N", help="at most N queries per target and scenario (offline: exactly N)")
+    g.add_argument(
+        "--repetitions", type=int, default=5, metavar="R", help="interleaved blocks per target (the comparison's noise estimate; default 5)"
+    )
+    g.add_argument(
+        "--warmup", type=int, default=10, metavar="N", help="warm-up queries per target and scenario, excluded and reported (default 10)"
+    )
+    g.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the inputs and of the server's arrivals (default 0)")
+    g.add_argument("--input", choices=INPUT_MODES, default="auto", help="image frames via predict_image, model-ready tensors, or auto")
+    g.add_argument("--pool", type=int, default=16, metavar="N", help="distinct inputs generated (default 16)")
+    g.add_argument("--image-size", type=_hw, metavar="HxW", help="frame size in image mode (default: the input's preprocess size)")
+    g = p.add_argument_group("loading")
+    g.add_argument("--profile", metavar="P", help="device profile name or .toml path (default: $EDGE_SDK_PROFILE or detected)")
+    g.add_argument("--root", default="/", metavar="DIR", help="read /proc and /sys from this root (default: /)")
+    g.add_argument("--threads", type=int, metavar="N", help="override the profile's thread count")
+    g.add_argument("--cache-dir", metavar="DIR", help="cache folder for packages and optimised models (default: the SDK's)")
+    g = p.add_argument_group("multi-stream")
+    g.add_argument("--streams", type=int, default=4, metavar="N", help="streams (default 4)")
+    g.add_argument("--fps", type=float, default=30.0, metavar="F", help="frames per second per stream (default 30)")
+    g.add_argument("--deadline-ms", type=float, metavar="MS", help="a frame is late past this (default: one frame period)")
+    g = p.add_argument_group("server")
+    g.add_argument(
+        "--rate",
+        type=float,
+        metavar="QPS",
+        help="Poisson arrival rate for every target (default: 80%% of the lowest rate meeting the objective the search finds)",
+    )
+    g.add_argument("--objective-ms", type=float, default=15.0, metavar="MS", help="latency objective (default 15 ms)")
+    g.add_argument("--objective-percentile", type=float, default=99.0, metavar="P", help="percentile held to the objective (default 99)")
+    g.add_argument("--no-search", action="store_true", help="skip the search for the highest rate meeting the objective (needs --rate)")
+    g.add_argument("--probe-s", type=float, default=1.0, metavar="S", help="seconds per search probe (default 1)")
+    g.add_argument("--max-probes", type=int, default=10, metavar="N", help="search probes at most (default 10)")
+    g.add_argument("--max-rate", type=float, default=20000.0, metavar="QPS", help="the search never goes above (default 20000)")
+    g.add_argument("--server-workers", type=int, default=1, metavar="N", help="queries served at once (default 1)")
+    g = p.add_argument_group("offline")
+    g.add_argument("--offline-batch", type=int, metavar="N", help="rows per predict_batch call (default: the model's largest batch)")
+    g.add_argument(
+        "--offline-workers", type=int, metavar="N", help="worker threads when the model has no dynamic batch (default: one per CPU)"
+    )
+    g = p.add_argument_group("remote")
+    g.add_argument(
+        "--remote", metavar="URL", help="also measure the package served at URL (Open Inference Protocol); sends the generated inputs"
+    )
+    g.add_argument("--remote-token-env", metavar="VAR", help="bearer token for --remote from this environment variable")
+    g = p.add_argument_group("cold start and monitoring")
+    g.add_argument("--no-cold-start", action="store_true", help="skip the fresh-process cold starts")
+    g.add_argument(
+        "--cold-samples", type=int, default=3, metavar="N", help="fresh processes per cache state (clear / warm) and variant (default 3)"
+    )
+    g.add_argument(
+        "--sample-interval-s", type=float, default=0.5, metavar="S", help="sensor / governor / CPU sampling period (default 0.5)"
+    )
+    g.add_argument(
+        "--keep-samples", type=int, default=1000, metavar="N", help="latency samples kept per target and scenario for plots (default 1000)"
+    )
+    g = p.add_argument_group("output")
+    g.add_argument("--json", metavar="FILE", help="write the report (schema: edge_sdk/bench/schema.json) or the comparison here")
+    g.add_argument("--plot", metavar="FILE.png", help="latency distributions and a latency/temperature time series (needs matplotlib)")
+    g.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    g.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"), help="compare two reports instead of running")
+    g.add_argument(
+        "--min-effect", type=float, default=0.05, metavar="F", help="--compare: smallest relative change called significant (default 0.05)"
+    )
+
+
+def _scenarios(values: Sequence[str]) -> tuple[str, ...]:
+    out: list[str] = []
+    for v in values or ["single-stream"]:
+        for s in v.split(","):
+            s = s.strip()
+            if s == "all":
+                out += [x for x in SCENARIOS if x not in out]
+            elif s and s not in out:
+                out.append(s)
+    return tuple(x for x in SCENARIOS if x in out) + tuple(x for x in out if x not in SCENARIOS)
+
+
+def _usage(msg: str) -> int:
+    print(f"edge-sdk bench: {msg}", file=sys.stderr)
+    return 2
+
+
+def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
+    """Run the subcommand for parsed ``args``."""
+    if args.compare:
+        return _compare(args)
+    if not args.package:
+        return _usage("PACKAGE is required (or --compare A.json B.json)")
+    if args.no_search and args.rate is None and "server" in _scenarios(args.scenario):
+        return _usage("--no-search needs --rate for the server scenario")
+    from .options import BenchOptions
+
+    try:
+        opts = BenchOptions(
+            scenarios=_scenarios(args.scenario), variants=tuple(args.variant), all_variants=args.all_variants, vs_raw=args.vs_raw,
+            duration_s=args.duration_s, count=args.count, repetitions=args.repetitions, warmup=args.warmup, seed=args.seed,
+            input_mode=args.input, pool=args.pool, image_hw=args.image_size, profile=args.profile, threads=args.threads,
+            cache_dir=args.cache_dir, root=args.root, streams=args.streams, fps=args.fps, deadline_ms=args.deadline_ms, rate_qps=args.rate,
+            objective_ms=args.objective_ms, objective_percentile=args.objective_percentile, search=not args.no_search, probe_s=args.probe_s,
+            max_probes=args.max_probes, max_rate_qps=args.max_rate, server_workers=args.server_workers, offline_batch=args.offline_batch,
+            offline_workers=args.offline_workers, cold_start=not args.no_cold_start, cold_samples=args.cold_samples,
+            sample_interval_s=args.sample_interval_s, keep_samples=args.keep_samples, remote_url=args.remote,
+            remote_token_env=args.remote_token_env,
+        )  # fmt: skip
+    except ValueError as e:
+        return _usage(str(e))
+    if args.plot:
+        from .plot import _pyplot
+
+        _pyplot()  # fail before a long run when matplotlib is missing
+    from .report import render_text, validate_report, write_json
+    from .runner import run_bench
+
+    progress = None if args.quiet else (lambda line: print(f"bench: {line}", file=sys.stderr, flush=True))
+    report = run_bench(args.package, opts, argv=list(argv) if argv is not None else sys.argv[1:], progress=progress)
+    validate_report(report)
+    sys.stdout.write(render_text(report))
+    if args.json:
+        print(f"report: {write_json(report, args.json)}")
+    if args.plot:
+        from .plot import write_plot
+
+        print(f"plot: {write_plot(report, args.plot)}")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from .compare import compare_reports, render_comparison
+    from .report import read_json
+
+    if args.package:
+        return _usage("--compare takes two reports, not a PACKAGE")
+    a_path, b_path = args.compare
+    a, b = read_json(a_path), read_json(b_path)
+    try:
+        c = compare_reports(a, b, min_effect=args.min_effect)
+    except ValueError as e:
+        return _usage(str(e))
+    sys.stdout.write(render_comparison(c, "A", "B"))
+    if args.json:
+        from pathlib import Path
+
+        Path(args.json).write_text(json.dumps(c, indent=1) + "\n", encoding="utf-8")
+        print(f"comparison: {args.json}")
+    return 0
