@@ -105,6 +105,11 @@ def write_package(
                 ext.append(e)
         if ext:
             v["external_data"] = ext
+    golden = m.get("golden")
+    if isinstance(golden, dict):
+        for key in ("inputs", "outputs"):
+            if isinstance(golden.get(key), str) and f"{key}_sha256" not in golden:
+                golden[f"{key}_sha256"] = file_ref(root, golden[key]).sha256
     parsed = Manifest.from_dict(m)
     (root / MANIFEST_NAME).write_text(parsed.to_toml())
     if verify:

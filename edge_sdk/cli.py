@@ -9,6 +9,7 @@
                    [--timeout-s S] [--token-env VAR | --token-file F] [--tls-cert F --tls-key F]
     edge-sdk bench PACKAGE [--variant V ...|--all-variants] [--scenario S ...] [--vs-raw] [--json F] [--plot F.png] ...
     edge-sdk bench --compare A.json B.json
+    edge-sdk models list|install|activate|rollback|verify --store DIR [--json]
 
 Exit codes: 0 ok, 1 an edge_sdk error (message on stderr), 2 bad usage.
 """
@@ -77,6 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
         "bench", help="measure a package on this device in the MLPerf Inference scenarios; compare variants, the raw runtime, two runs"
     )
     add_bench_arguments(p)
+    from .store.command import add_arguments as add_models_arguments
+
+    p = sub.add_parser("models", help="a local model store: install (verified, health-gated), activate, roll back, verify")
+    add_models_arguments(p)
     return ap
 
 
@@ -85,6 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cmds = {
             "profile": cmd_profile, "inspect": cmd_inspect, "predict": cmd_predict, "demo": cmd_demo, "monitor": cmd_monitor, "serve": cmd_serve,
+            "models": cmd_models,
         }  # fmt: skip
         if args.cmd == "bench":
             return cmd_bench(args, argv)
@@ -294,6 +300,12 @@ def cmd_monitor(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from .serve.command import run
+
+    return run(args)
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from .store.command import run
 
     return run(args)
 

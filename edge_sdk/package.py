@@ -635,6 +635,57 @@ class Variant:
 
 
 @dataclass(frozen=True)
+class Golden:
+    """Golden inputs and expected outputs a store health-checks a package with.
+
+    ``inputs`` / ``outputs``: ``.npz`` files in the package (one array per
+    tensor name; read with ``allow_pickle=False``), covered by ``inputs_sha256``
+    / ``outputs_sha256``. An output passes when ``allclose(got, want, rtol,
+    atol)``. ``max_latency_ms``: the best of a few timed calls must be under
+    this; ``timeout_s``: the whole check (load included) must finish in time.
+    """
+
+    inputs: str
+    outputs: str
+    inputs_sha256: str
+    outputs_sha256: str
+    atol: float = 1e-5
+    rtol: float = 1e-4
+    max_latency_ms: float | None = None
+    timeout_s: float = 60.0
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: str) -> "Golden":
+        _no_unknown(d, ("inputs", "outputs", "inputs_sha256", "outputs_sha256", "atol", "rtol", "max_latency_ms", "timeout_s"), where)
+        lat = _opt(d, "max_latency_ms", (int, float), where)
+        g = cls(
+            inputs=_req(d, "inputs", str, where),
+            outputs=_req(d, "outputs", str, where),
+            inputs_sha256=_hex64(_req(d, "inputs_sha256", str, where), f"{where}.inputs_sha256"),
+            outputs_sha256=_hex64(_req(d, "outputs_sha256", str, where), f"{where}.outputs_sha256"),
+            atol=float(_opt(d, "atol", (int, float), where, 1e-5)),
+            rtol=float(_opt(d, "rtol", (int, float), where, 1e-4)),
+            max_latency_ms=None if lat is None else float(lat),
+            timeout_s=float(_opt(d, "timeout_s", (int, float), where, 60.0)),
+        )
+        for rel, key in ((g.inputs, "inputs"), (g.outputs, "outputs")):
+            _check_relpath(rel, f"{where}.{key}")
+        nums = [g.atol, g.rtol, g.timeout_s] + ([g.max_latency_ms] if g.max_latency_ms is not None else [])
+        if not all(math.isfinite(x) and x >= 0 for x in nums) or g.timeout_s <= 0:
+            raise ManifestError(f"{where}: atol, rtol, max_latency_ms must be finite and >= 0, timeout_s > 0")
+        return g
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "inputs": self.inputs, "outputs": self.outputs, "inputs_sha256": self.inputs_sha256,
+            "outputs_sha256": self.outputs_sha256, "atol": self.atol, "rtol": self.rtol, "timeout_s": self.timeout_s,
+        }  # fmt: skip
+        if self.max_latency_ms is not None:
+            d["max_latency_ms"] = self.max_latency_ms
+        return d
+
+
+@dataclass(frozen=True)
 class Manifest:
     """The parsed ``edge-model.toml`` (see docs/ARCHITECTURE.md for the schema)."""
 
@@ -649,6 +700,7 @@ class Manifest:
     state: tuple[StatePair, ...] = ()
     description: str = ""
     schema: int = SCHEMA_VERSION
+    golden: Golden | None = None
 
     def variant(self, vid: str) -> Variant:
         for v in self.variants:
@@ -672,7 +724,8 @@ class Manifest:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], source: str = MANIFEST_NAME) -> "Manifest":
         w = source
-        _no_unknown(d, ("schema", "name", "version", "task", "description", "inputs", "outputs", "decoder", "labels", "state", "variants"), w)
+        top = ("schema", "name", "version", "task", "description", "inputs", "outputs", "decoder", "labels", "state", "variants", "golden")
+        _no_unknown(d, top, w)
         schema = _req(d, "schema", int, w)
         if schema != SCHEMA_VERSION:
             raise ManifestError(f"{w}.schema: this edge_sdk reads schema {SCHEMA_VERSION}, got {schema}")
@@ -712,6 +765,7 @@ class Manifest:
             labels=labels,
             state=tuple(state),
             schema=schema,
+            golden=Golden.from_dict(_typed(d["golden"], dict, f"{w}.golden"), f"{w}.golden") if "golden" in d else None,
         )
         m._check_cross(w)
         return m
@@ -787,6 +841,8 @@ class Manifest:
                 for s in self.state
             ]
         d["variants"] = [v.to_dict() for v in self.variants]
+        if self.golden is not None:
+            d["golden"] = self.golden.to_dict()
         return d
 
     def to_toml(self) -> str:
@@ -1003,6 +1059,16 @@ class ModelPackage:
                 out.append((f"variant {v.id} external data", e))
         return out
 
+    def _golden_refs(self) -> list[tuple[str, FileRef]]:
+        g = self.manifest.golden
+        if g is None:
+            return []
+        out = []
+        for what, rel, digest in (("golden inputs", g.inputs, g.inputs_sha256), ("golden outputs", g.outputs, g.outputs_sha256)):
+            path = _contained(self.root, rel, what)
+            out.append((what, FileRef(rel, digest, path.stat().st_size if path.is_file() else -1)))
+        return out
+
     def _check_paths(self) -> None:
         for what, ref in self._files():
             _contained(self.root, ref.file, what)
@@ -1043,6 +1109,8 @@ class ModelPackage:
         model's format (ONNX structure, external data, TFLite header)."""
         for v in self.manifest.variants:
             self.read_verified(v)  # hashes and scans the same bytes; checks external data too
+        for what, ref in self._golden_refs():
+            self._verify_ref(what, ref)
 
     def _check_model_bytes(self, v: Variant, data: bytes) -> None:
         if (v.id, v.sha256) in self._format_checked:

@@ -31,6 +31,8 @@ OPTION_CLASSES = [
     ("edge_sdk.remote.retry", "RetryPolicy"),
     ("edge_sdk.remote.privacy", "PrivacyPolicy"),
     ("edge_sdk.bench.options", "BenchOptions"),
+    ("edge_sdk.store.store", "StoreConfig"),
+    ("edge_sdk.package", "Golden"),
     ("converters.pipeline", "ConvertOptions"),
     ("converters.quantize", "Int8Options"),
     ("converters.quantize", "Int4Options"),
@@ -41,6 +43,7 @@ OTHER_ERRORS = [
     ("converters.validate", "ValidationError"), ("converters.inspect_model", "InspectError"), ("converters.packaging", "SignatureError"),
     ("tools.fetch_pretrained", "FetchError"), ("edge_sdk.budget.sensors", "SensorUnavailable"),
     ("edge_sdk.budget.governor", "ActionUnavailable"), ("edge_sdk.serve.server", "ServeError"), ("edge_sdk.bench.options", "BenchError"),
+    ("edge_sdk.store.store", "StoreError"), ("edge_sdk.store.signing", "SignatureVerificationError"),
 ]  # fmt: skip
 
 
@@ -65,7 +68,16 @@ def _cli(title: str, parser_factory) -> list[str]:
     out = [f"## `{title}`", "", "```", _help(parser_factory(), []), "```", ""]
     for sub in _subparsers(parser_factory()):
         out += [f"### `{title} {sub}`", "", "```", _help(parser_factory(), [sub]), "```", ""]
+        for nested in _subparsers(_subparser(parser_factory(), sub)):  # e.g. edge-sdk models install
+            out += [f"#### `{title} {sub} {nested}`", "", "```", _help(parser_factory(), [sub, nested]), "```", ""]
     return out
+
+
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            return a.choices[name]
+    raise KeyError(name)
 
 
 def _first_line(doc: str | None) -> str:
