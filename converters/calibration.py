@@ -26,6 +26,9 @@ from __future__ import annotations
 import csv
 import random
 import sys
+import tokenize
+import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -492,8 +495,9 @@ def _np_load(path: Path, **kw: Any) -> Any:
         if "pickle" in str(e).lower() or "python objects" in str(e).lower():
             raise CalibrationError(f"{path}: holds pickled Python objects; only plain numeric arrays are accepted") from e
         raise CalibrationError(f"{path}: not a readable numpy file: {e}") from e
-    except (OSError, EOFError) as e:
-        raise CalibrationError(f"{path}: not a readable numpy file: {e}") from e
+    except (OSError, EOFError, zipfile.BadZipFile, zlib.error, SyntaxError, tokenize.TokenError) as e:
+        # SyntaxError / TokenError: numpy parses the .npy header dict with the tokenizer
+        raise CalibrationError(f"{path}: not a readable numpy file (.npy array or .npz zip of arrays): {e}") from e
 
 
 def _load_npy(path: Path, ctx: _Ctx) -> DataSet:
@@ -530,8 +534,8 @@ def _load_npz(path: Path, ctx: _Ctx) -> DataSet:
         try:
             arrays = {s.name: z[s.name] for s in ctx.specs}
             raw_labels = z["labels"] if "labels" in keys else None
-        except (ValueError, OSError, EOFError) as e:
-            raise CalibrationError(f"{path}: cannot read its arrays: {e}") from e
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error, SyntaxError, tokenize.TokenError) as e:
+            raise CalibrationError(f"{path}: cannot read its arrays (expected intact .npy members in a zip): {e}") from e
     views = {}
     counts = {}
     for s in ctx.specs:

@@ -34,6 +34,7 @@ unknown fields) are skipped by length without being copied.
 from __future__ import annotations
 
 import io
+import math
 import re
 import struct
 from dataclasses import dataclass
@@ -974,4 +975,39 @@ def inspect_tflite(data: Buffer) -> TFLiteInfo:
                 size = 0 if size_at is None else fb.u64(size_at, "Buffer.size")
                 if offset > 1:  # "only valid if > 1" (schema.fbs)
                     fb.need(offset, size, f"Model.buffers[{i}] external data")
+            elif index == 2:
+                _check_tflite_quant_scales(fb, tbl, i)
     return TFLiteInfo(version=version, size=fb.n)
+
+
+def _check_tflite_quant_scales(fb: _FlatBuffer, subgraph: tuple[int, int, int], sg: int) -> None:
+    """Refuse NaN, infinite or negative quantization scales in subgraph ``sg``'s tensors.
+
+    SubGraph field 0 is ``tensors:[Tensor]``; Tensor field 4 is
+    ``quantization:QuantizationParameters``, whose field 2 is ``scale:[float]``.
+    A non-finite scale turns every dequantized value into NaN/Inf (or, for the
+    runtime's requantization multipliers, undefined behaviour).
+    """
+    vec = fb.vector(subgraph, 0, 4, f"SubGraph[{sg}].tensors")
+    if vec is None:
+        return
+    first, count = vec
+    if count > _TFL_MAX_ELEMENTS:
+        raise ModelFormatError(f"TFLite SubGraph[{sg}].tensors declares {count} tensors, more than the {_TFL_MAX_ELEMENTS} accepted")
+    for t in range(count):
+        elem = first + 4 * t
+        what = f"SubGraph[{sg}].tensors[{t}]"
+        tensor = fb.table(elem + fb.u32(elem, what), what)
+        q_at = fb.field(tensor, 4, 4, f"{what}.quantization")
+        if q_at is None:
+            continue
+        quant = fb.table(q_at + fb.u32(q_at, f"{what}.quantization"), f"{what}.quantization")
+        scales = fb.vector(quant, 2, 4, f"{what}.quantization.scale")
+        if scales is None:
+            continue
+        start, n = scales
+        for k, (value,) in enumerate(struct.iter_unpack("<f", bytes(fb.buf[start : start + 4 * n]))):
+            if not math.isfinite(value) or value < 0:
+                raise ModelFormatError(
+                    f"TFLite {what}.quantization.scale[{k}] is {value}; expected a finite scale >= 0 (NaN/Inf/negative scales are corrupt)"
+                )

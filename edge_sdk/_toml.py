@@ -19,8 +19,26 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 TOMLDecodeError = _tomllib.TOMLDecodeError
 
 
-def loads(text: str) -> dict[str, Any]:
-    return _tomllib.loads(text)
+#: Most characters a TOML document may have; manifests and profiles are a few KiB.
+MAX_TOML_CHARS = 1 << 20
+
+
+def loads(text: str, *, max_chars: int = MAX_TOML_CHARS) -> dict[str, Any]:
+    """Parse TOML ``text``; every failure is a :class:`TOMLDecodeError`.
+
+    Hostile input is bounded: a document over ``max_chars`` is refused before
+    parsing, and nesting deep enough to exhaust Python's recursion limit (the
+    stdlib parser recurses per ``[`` / ``{``) is reported as a decode error, not
+    a ``RecursionError``.
+    """
+    if not isinstance(text, str):
+        raise TOMLDecodeError(f"expected TOML text (str), got {type(text).__name__}")
+    if len(text) > max_chars:
+        raise TOMLDecodeError(f"TOML document of {len(text)} characters is over the limit of {max_chars}")
+    try:
+        return _tomllib.loads(text)
+    except RecursionError:
+        raise TOMLDecodeError("TOML arrays/inline tables nested too deeply (expected a flat manifest-style document)") from None
 
 
 def _key(k: str) -> str:

@@ -803,6 +803,16 @@ class Manifest:
                 raise ManifestError(f"{w}.decoder.output: required when the model has {len(self.outputs)} outputs")
             if self.decoder.output is not None and self.decoder.output not in out_names:
                 raise ManifestError(f"{w}.decoder.output: {self.decoder.output!r} is not an output {sorted(out_names)}")
+        if self.labels and (self.decoder.kind == "classification" or self.task == "classification"):
+            # The class axis is the last one: a fixed size there must match the label count.
+            for v in self.variants:
+                out = next(t for t in self.outputs_for(v) if t.name == (self.decoder.output or self.outputs[0].name))
+                classes = out.shape[-1] if out.shape else None
+                if isinstance(classes, int) and classes != len(self.labels):
+                    raise ManifestError(
+                        f"{w}.labels: {len(self.labels)} labels for output {out.name!r} with {classes} classes "
+                        f"(shape {list(out.shape)}{'' if v is self.variants[0] else ', variant ' + v.id}); expected one label per class"
+                    )
         for s in self.state:
             if s.input not in in_names or s.output not in out_names:
                 raise ManifestError(f"{w}.state: pair {s.input}<-{s.output} must name an input and an output")
@@ -927,6 +937,7 @@ def _extract_archive(archive: Path, dest: Path) -> None:
     import shutil
     import tarfile
     import zipfile
+    import zlib
 
     kind = _archive_kind(archive)
     if kind is None:
@@ -953,7 +964,7 @@ def _extract_archive(archive: Path, dest: Path) -> None:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 with opener() as src, open(target, "wb") as out:
                     shutil.copyfileobj(src, out, 1 << 20)
-    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as e:
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError, zlib.error) as e:
         raise ModelFormatError(f"{archive.name}: corrupt {kind} archive: {e}") from e
 
 
@@ -1074,7 +1085,13 @@ class ModelPackage:
             _contained(self.root, ref.file, what)
         # Refuse any pickle anywhere in the package, referenced or not.
         root_real = Path(os.path.realpath(self.root))
-        for dirpath, _dirs, filenames in os.walk(self.root):
+        for dirpath, dirs, filenames in os.walk(self.root):
+            for dn in dirs:  # os.walk does not follow a symlinked directory: look where it leads
+                dp = Path(dirpath) / dn
+                if dp.is_symlink():
+                    real = Path(os.path.realpath(dp))
+                    if real != root_real and root_real not in real.parents:
+                        raise UnsafePackageError(f"{dp.relative_to(self.root).as_posix()}: symlinked folder points outside the package, to {real}")
             for fn in filenames:
                 p = Path(dirpath) / fn
                 rel = p.relative_to(self.root).as_posix()
