@@ -25,6 +25,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
+from .backends import sandbox as _sandbox
 from .backends.base import ModelSource, Session, SessionOptions, all_backend_status, open_session
 from .errors import (
     ImageError,
@@ -59,6 +60,12 @@ class LoadOptions:
     telemetry: record every call's stage latencies, requests and errors in the
     process-wide :mod:`edge_sdk.telemetry` table (a few hundred ns a call);
     False records nothing (results still carry their provenance).
+    sandbox: before the runtime sees a model's bytes in this process, load them once
+    in a child process under memory and time limits (:mod:`edge_sdk.backends.sandbox`), so a
+    model that crashes, hangs or exhausts memory raises a SandboxError instead of
+    taking this process down. A pass is remembered per model digest and runtime
+    version (one child per model per device, ~0.3 s). None (default): on, except for
+    packages installed in a model store (verified and health-checked at install).
     """
 
     variant: str | None = None
@@ -76,6 +83,7 @@ class LoadOptions:
     check_finite: bool = True
     root: str = "/"
     telemetry: bool = True
+    sandbox: bool | None = None
 
     def __post_init__(self) -> None:
         if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
@@ -603,8 +611,11 @@ def _time_session(session: Session, feeds: Mapping[str, np.ndarray], runs: int, 
     return float(np.median(times))
 
 
-def _open(pkg: ModelPackage, v: Variant, sopts: SessionOptions) -> Session:
+def _open(pkg: ModelPackage, v: Variant, sopts: SessionOptions, opts: LoadOptions) -> Session:
     vm = pkg.read_verified(v)
+    if _sandbox.enabled(opts.sandbox, pkg.root):
+        ext = sum(e.size for e in v.external_data) if v.external_data else None
+        _sandbox.check_verified_once(v.backend, vm.sha256, vm.data, vm.path, external_bytes=ext)
     src = ModelSource(data=vm.data, path=vm.path, sha256=vm.sha256, has_external_data=bool(v.external_data))
     session = open_session(v.backend, src, sopts)
     try:
@@ -651,7 +662,7 @@ def load(
     if tied and opts.measure_backends:
         sel, session = _measure(pkg, sel, tied, sopts, opts, cache, detection.profile.name)
     else:
-        session = _open(pkg, pkg.manifest.variant(sel.variant_id), sopts)
+        session = _open(pkg, pkg.manifest.variant(sel.variant_id), sopts, opts)
     return Model(pkg, pkg.manifest.variant(sel.variant_id), session, sel, detection, opts)
 
 
@@ -674,12 +685,12 @@ def _measure(
     entry = known.get(key)
     if _valid_measurement(entry, ids):
         sel = sel.with_measurement(entry, "cached measurement on this device")
-        return sel, _open(pkg, pkg.manifest.variant(sel.variant_id), sopts)
+        return sel, _open(pkg, pkg.manifest.variant(sel.variant_id), sopts, opts)
     sessions: dict[str, Session] = {}
     timings: dict[str, float] = {}
     try:
         for v in variants:
-            s = _open(pkg, v, sopts)
+            s = _open(pkg, v, sopts, opts)
             sessions[v.id] = s
             timings[v.id] = _time_session(s, _random_feeds(pkg.manifest.inputs_for(v)), opts.measure_runs, opts.measure_budget_s)
     except BaseException:

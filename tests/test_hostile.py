@@ -26,7 +26,8 @@ from conftest import mlp_manifest, mlp_onnx
 
 from converters.calibration import CalibrationError, load_data
 from converters.packaging import write_package
-from edge_sdk import _sandbox, errors
+from edge_sdk import errors
+from edge_sdk.backends import sandbox as _sandbox
 from edge_sdk.package import MANIFEST_NAME, ModelPackage, TensorSpec
 from edge_sdk.remote import protocol
 

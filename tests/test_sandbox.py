@@ -1,4 +1,4 @@
-"""edge_sdk._sandbox: the runtime's own model load, isolated in a limited child."""
+"""edge_sdk.backends.sandbox: the runtime's own model load, isolated in a limited child."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import mlp_onnx
 
-from edge_sdk import _sandbox
+from edge_sdk.backends import sandbox as _sandbox
 from edge_sdk.errors import SessionError
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX rlimits and signals")
@@ -123,3 +123,30 @@ def test_check_verified_sizes_the_limit_and_skips_unknown_backends(tmp_path) -> 
     _sandbox.check_verified("onnxruntime", path.read_bytes(), path, external_bytes=0)
     with pytest.raises(_sandbox.SandboxLoadError):
         _sandbox.check_verified("onnxruntime", b"junk", path.with_name("x.onnx"), external_bytes=0)
+
+
+def test_load_parses_a_model_in_the_sandbox_once_per_digest_and_refuses_one_that_crashes_it(tmp_path, monkeypatch) -> None:
+    import edge_sdk
+    from converters.packaging import write_package
+
+    monkeypatch.setenv("EDGE_SDK_CACHE", str(tmp_path / "cache"))
+    marks = tmp_path / "cache" / "sandbox-ok"
+    with edge_sdk.load(edge_sdk.demo_package_path(), "generic-x86_64", variant="fp32-onnx", cache_dir=tmp_path / "c1") as m:
+        digest = m.variant.sha256
+    made = sorted(marks.iterdir())
+    assert len(made) == 1 and made[0].name.startswith("onnxruntime-") and made[0].name.endswith(digest)
+    before = made[0].stat().st_mtime_ns
+    with edge_sdk.load(edge_sdk.demo_package_path(), "generic-x86_64", variant="fp32-onnx", cache_dir=tmp_path / "c2"):
+        pass
+    assert sorted(marks.iterdir()) == made and made[0].stat().st_mtime_ns == before  # remembered: no second child
+    # a TFLite model whose declared tensors need far more memory than the limit: refused, this process unharmed
+    pkg = tmp_path / "huge"
+    write_package(pkg, {"name": "huge", "version": "1", "task": "raw",
+                        "inputs": [{"name": "x", "dtype": "float32", "shape": [1, 1]}],
+                        "outputs": [{"name": "y", "dtype": "float32", "shape": [1, 1]}],
+                        "variants": [{"id": "fp32-tflite", "file": "m.tflite", "backend": "litert", "precision": "fp32"}]},
+                  {"m.tflite": _huge_dims_tflite()}, verify=False)  # fmt: skip
+    monkeypatch.setattr(_sandbox, "memory_limit_for", lambda n: 512)
+    with pytest.raises(_sandbox.SandboxError):
+        edge_sdk.load(pkg, "generic-x86_64", cache_dir=tmp_path / "c3", measure_backends=False)
+    assert not any(p.name.endswith(edge_sdk.package.sha256_file(pkg / "m.tflite")) for p in marks.iterdir())

@@ -4,7 +4,7 @@ A runtime's own model parser (ONNX Runtime's ``InferenceSession`` creation,
 LiteRT's ``Interpreter`` + ``allocate_tensors``) is native code: a hostile or
 broken file can make it segfault, abort, spin forever or allocate without
 bound, taking the whole application down.  :func:`check_load` runs exactly that
-load on the verified bytes in a child (``python -m edge_sdk._sandbox``) under
+load on the verified bytes in a child (``python -m edge_sdk.backends.sandbox``) under
 ``RLIMIT_AS`` and a wall-time limit, so such a model kills only the child and
 the caller gets a typed :class:`SandboxError` naming what went wrong:
 
@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .errors import SessionError
+from ..errors import SessionError
 
 #: Memory (MiB) the model load may add on top of the child's footprint after the runtime import.
 DEFAULT_MEMORY_LIMIT_MB = 2048
@@ -85,6 +85,34 @@ def memory_limit_for(model_bytes: int) -> int:
     return max(DEFAULT_MEMORY_LIMIT_MB, 3 * (model_bytes >> 20) + 512)
 
 
+def check_verified_once(
+    backend: str, digest: str, data: bytes, path: str | os.PathLike[str], *, external_bytes: int | None = None, marks: Path | None = None
+) -> bool:
+    """:func:`check_verified`, remembered: a model (by its verified sha256) that passed once with
+    this runtime version is not parsed again in a child. The marks live under ``marks`` (default:
+    ``<edge_sdk cache>/sandbox-ok``), one empty file per (backend, runtime version, digest).
+    Returns True when the child ran, False when an earlier pass was remembered."""
+    if backend not in BACKENDS:
+        return False
+    from ..package import default_cache_dir
+    from .base import backend_status
+
+    version = backend_status(backend).version or "unknown"
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in f"{backend}-{version}")
+    mark = (marks or default_cache_dir() / "sandbox-ok") / f"{safe}-{digest}"
+    if mark.exists():
+        return False
+    check_verified(backend, data, path, external_bytes=external_bytes)
+    try:
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        tmp = mark.with_name(mark.name + f".{os.getpid()}.tmp")
+        tmp.write_bytes(b"")
+        os.replace(tmp, mark)
+    except OSError:
+        pass  # a read-only cache: the check simply runs again next time
+    return True
+
+
 def check_verified(backend: str, data: bytes, path: str | os.PathLike[str], *, external_bytes: int | None = None) -> None:
     """:func:`check_load` for a package's verified variant, with limits sized to the model.
 
@@ -126,7 +154,7 @@ def check_load(
         raise ValueError(f"limits: expected memory_limit_mb >= 64 and time_limit_s > 0, got {memory_limit_mb}, {time_limit_s}")
     if _fault is not None and _fault not in _FAULTS:
         raise ValueError(f"_fault: expected one of {_FAULTS}, got {_fault!r}")
-    cmd = [sys.executable, "-m", "edge_sdk._sandbox", backend, "--memory-mb", str(int(memory_limit_mb))]
+    cmd = [sys.executable, "-m", "edge_sdk.backends.sandbox", backend, "--memory-mb", str(int(memory_limit_mb))]
     if path is not None:
         cmd += ["--path", str(Path(path).resolve())]
     if _fault:
@@ -213,7 +241,7 @@ def _load_onnx(data: bytes | None, path: str | None) -> None:
 
 
 def _load_litert(data: bytes | None, path: str | None, memory_mb: int) -> None:
-    from .backends.litert import _litert
+    from .litert import _litert
 
     mod, _runtime, _version = _litert()
     if path is not None:
@@ -248,7 +276,7 @@ def _fault(kind: str) -> None:  # test hooks: what a broken native runtime does
 def _child(argv: list[str]) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m edge_sdk._sandbox", description="Load a model in a limited process (internal).")
+    ap = argparse.ArgumentParser(prog="python -m edge_sdk.backends.sandbox", description="Load a model in a limited process (internal).")
     ap.add_argument("backend", choices=BACKENDS)
     ap.add_argument("--memory-mb", type=int, default=DEFAULT_MEMORY_LIMIT_MB)
     ap.add_argument("--path")
@@ -259,7 +287,7 @@ def _child(argv: list[str]) -> int:
         if args.backend == "onnxruntime":
             import onnxruntime  # noqa: F401  (import before the limit: its footprint is not the model's)
         else:
-            from .backends.litert import _litert
+            from .litert import _litert
 
             _litert()
         _limit_memory(args.memory_mb)
