@@ -66,3 +66,35 @@ def make_pkg(
         extra["golden"] = g
     write_package(folder, mlp_manifest(**extra), files, overwrite=True, verify=model is None)
     return folder
+
+
+def slow_mlp_onnx(seed: int = 0, width: int = 1024, depth: int = 96) -> bytes:
+    """The same function as ``mlp_onnx(seed)`` (so its golden outputs match) made really slow: a
+    chain of ``depth`` width x width MatMuls over the input (one shared 4 MiB weight, scaled to
+    shrink the values so nothing overflows) whose sum is added times zero. No runtime folds it away
+    (its input is the request): ~400 MFLOP a call (~10 ms here), where the MLP takes ~10 us."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    base = onnx.load_from_string(mlp_onnx(seed=seed))
+    g = base.graph
+    out = g.output[0].name
+    rng = np.random.default_rng(99)
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((8, width)) / np.sqrt(8)).astype(np.float32), "slow_w0"),
+        numpy_helper.from_array((0.5 * rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32), "slow_w"),
+        numpy_helper.from_array(np.zeros((1,), np.float32), "slow_zero"),
+    ]
+    nodes = [helper.make_node("MatMul", [g.input[0].name, "slow_w0"], ["slow_h0"])]
+    for i in range(1, depth + 1):
+        nodes.append(helper.make_node("MatMul", [f"slow_h{i - 1}", "slow_w"], [f"slow_h{i}"]))
+    nodes += [
+        helper.make_node("ReduceSum", [f"slow_h{depth}"], ["slow_s"], keepdims=1),
+        helper.make_node("Mul", ["slow_s", "slow_zero"], ["slow_z"]),
+    ]
+    for n in g.node:  # rename the model's own output, then add the zero term to it
+        n.output[:] = ["slow_y0" if o == out else o for o in n.output]
+    nodes.append(helper.make_node("Add", ["slow_y0", "slow_z"], [out]))
+    g.node.extend(nodes)
+    g.initializer.extend(inits)
+    return base.SerializeToString()

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from store_helpers import bad_op_onnx, make_pkg
+from store_helpers import bad_op_onnx, make_pkg, slow_mlp_onnx
 
 from edge_sdk.errors import IntegrityError
 from edge_sdk.package import ModelPackage
@@ -73,14 +73,17 @@ def test_bad_versions_are_rolled_back_with_reason(tmp_path: Path) -> None:
     # 3. wrong outputs versus golden
     r = store.install(make_pkg(tmp_path / "wrong", "2.2", seed=3, expected_seed=4))
     assert r.state == "rolled_back" and "golden: output 'y' differs" in r.reason, r
-    # 4. 10x slower than the latency bound (the bound is 1/10 of what one call takes)
-    r = store.install(make_pkg(tmp_path / "slow", "2.3", max_latency_ms=1e-6))
+    # 4. really slower: the same function plus a chain of big MatMuls (same golden outputs), over a
+    # latency bound that the good version meets with a wide margin (checked first, with that bound)
+    assert store.install(make_pkg(tmp_path / "fast", "1.5", max_latency_ms=1.0)).ok
+    assert store.rollback("mlp").state == "rolled_back" and _active_version(store) == "1.0"
+    r = store.install(make_pkg(tmp_path / "slow", "2.3", model=slow_mlp_onnx(), max_latency_ms=1.0))
     assert r.state == "rolled_back" and "latency" in r.reason and "max_latency_ms" in r.reason, r
     assert _active_version(store) == "1.0"
-    assert [v.version for v in store.versions("mlp")] == ["1.0"]  # failed versions are not kept
+    assert sorted(v.version for v in store.versions("mlp")) == ["1.0", "1.5"]  # failed versions are not kept
     _one_terminal_each(store)
     reasons = [u.reason for u in store.journal.updates().values() if u.terminal == "rolled_back"]
-    assert len(reasons) == 3 and all(reasons)
+    assert len(reasons) == 4 and all(reasons)  # crash, wrong outputs, operator rollback, too slow
 
 
 def test_health_check_timeout_and_child_crash(tmp_path: Path) -> None:
