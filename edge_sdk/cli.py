@@ -185,9 +185,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load(args: argparse.Namespace, package: Any) -> Any:
-    from .model import load
-
+def load_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """``edge_sdk.load`` keyword arguments from the shared ``--root/--variant/--threads/--no-measure`` options."""
     kw: dict[str, Any] = {"root": args.root}
     if args.variant:
         kw["variant"] = args.variant
@@ -195,7 +194,13 @@ def _load(args: argparse.Namespace, package: Any) -> Any:
         kw["threads"] = args.threads
     if args.no_measure:
         kw["measure_backends"] = False
-    return load(package, args.profile, **kw)
+    return kw
+
+
+def _load(args: argparse.Namespace, package: Any) -> Any:
+    from .model import load
+
+    return load(package, args.profile, **load_kwargs(args))
 
 
 def _read_input(path: Path) -> tuple[str, Any]:

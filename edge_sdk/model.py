@@ -191,6 +191,18 @@ class PreparedImage(NamedTuple):
     validate_ns: int
 
 
+def max_batch_of(specs: Sequence[TensorSpec]) -> int:
+    """Rows one call may carry: the upper bound of a dynamic axis 0 shared by every input, else 1."""
+    hi: int | None = None
+    for s in specs:
+        d = s.shape[0] if s.shape else 1
+        if isinstance(d, int):
+            return 1
+        b = s.bounds(d)
+        hi = b[1] if b else 1
+    return hi or 1
+
+
 class Model:
     """A loaded model. Use :func:`load`."""
 
@@ -435,14 +447,7 @@ class Model:
         return results
 
     def _max_batch(self) -> int:
-        hi = None
-        for s in self._inputs:
-            d = s.shape[0] if s.shape else 1
-            if isinstance(d, int):
-                return 1
-            b = s.bounds(d)
-            hi = b[1] if b else 1
-        return hi or 1
+        return max_batch_of(self._inputs)
 
     def stream(self) -> "Stream":
         """Per-stream state for streaming models (manifest ``state`` pairs)."""

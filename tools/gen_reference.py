@@ -44,6 +44,10 @@ OTHER_ERRORS = [
     ("tools.fetch_pretrained", "FetchError"), ("edge_sdk.budget.sensors", "SensorUnavailable"),
     ("edge_sdk.budget.governor", "ActionUnavailable"), ("edge_sdk.serve.server", "ServeError"), ("edge_sdk.bench.options", "BenchError"),
     ("edge_sdk.store.store", "StoreError"), ("edge_sdk.store.signing", "SignatureVerificationError"),
+    ("edge_sdk.remote.protocol", "ProtocolError"), ("edge_sdk.remote.router", "RouterError"), ("edge_sdk.remote.router", "RouterTimeoutError"),
+    ("edge_sdk.backends.sandbox", "SandboxError"), ("edge_sdk.backends.sandbox", "SandboxCrashError"),
+    ("edge_sdk.backends.sandbox", "SandboxMemoryError"), ("edge_sdk.backends.sandbox", "SandboxTimeoutError"),
+    ("edge_sdk.backends.sandbox", "SandboxLoadError"),
 ]  # fmt: skip
 
 

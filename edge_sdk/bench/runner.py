@@ -273,7 +273,7 @@ def _raw_target(pkg: Any, model: Any, pool: InputPool, cache: Path, detection: A
     sopts = _session_options(model, cache, detection)
     data = pkg.read_verified(v).data
     feeds = pool.tensors(model.inputs)
-    mb = _max_batch(model)
+    mb = max_batch_of(model.inputs)
     try:
         if v.backend == "onnxruntime":
             if v.external_data:
@@ -289,8 +289,6 @@ def _raw_target(pkg: Any, model: Any, pool: InputPool, cache: Path, detection: A
     return None
 
 
-def _max_batch(model: Any) -> int:
-    return max_batch_of(model.inputs)
 
 
 def _profile_arg(opts: BenchOptions, detection: Any) -> str | None:
@@ -318,7 +316,7 @@ def _variant_info(model: Any) -> dict[str, Any]:
         "notes": d["notes"],
         "optimized_cache": d["optimized_cache"],
         "session_create_ms": d["session_create_ms"],
-        "max_batch": _max_batch(model),
+        "max_batch": max_batch_of(model.inputs),
         "check_finite": model.options.check_finite,
     }
 

@@ -27,6 +27,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ..model import max_batch_of
 from ..package import TensorSpec
 
 __all__ = ["InputPool", "RawLiteRTTarget", "RawOrtTarget", "SdkTarget", "Target", "make_tensor", "max_batch_of"]
@@ -47,18 +48,6 @@ def make_tensor(spec: TensorSpec, rng: np.random.Generator) -> np.ndarray:
         info = np.iinfo(dt)
         return rng.integers(int(info.min), int(info.max) + 1, size=shape, dtype=np.int64).astype(dt)
     return rng.integers(0, 128, size=shape, dtype=np.int64).astype(dt)
-
-
-def max_batch_of(specs: Sequence[TensorSpec]) -> int:
-    """Rows one call may carry: the upper bound of a dynamic axis 0 shared by every input, else 1."""
-    hi: int | None = None
-    for s in specs:
-        d = s.shape[0] if s.shape else 1
-        if isinstance(d, int):
-            return 1
-        b = s.bounds(d)
-        hi = b[1] if b else 1
-    return hi or 1
 
 
 def image_spec_of(specs: Sequence[TensorSpec]) -> TensorSpec | None:

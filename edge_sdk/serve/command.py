@@ -15,7 +15,6 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any
 
 from .options import ServeOptions
 
@@ -52,13 +51,9 @@ def run(args: argparse.Namespace) -> int:
         token=read_token(args),
     )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    kw: dict[str, Any] = {"root": args.root}
-    if args.variant:
-        kw["variant"] = args.variant
-    if args.threads:
-        kw["threads"] = args.threads
-    if args.no_measure:
-        kw["measure_backends"] = False
+    from ..cli import load_kwargs
+
+    kw = load_kwargs(args)
     models = []
     try:
         for p in args.packages:

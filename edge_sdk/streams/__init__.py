@@ -12,38 +12,5 @@ Importing this package imports numpy only; no runtime is loaded until a model is
 
 from __future__ import annotations
 
-from .signal import (
-    DuplicateStreamError,
-    GapError,
-    NonFiniteSignalError,
-    SignalConfigError,
-    SignalDTypeError,
-    SignalShapeError,
-    SignalStream,
-    SignalStreamOptions,
-    StreamClosedError,
-    StreamEvent,
-    StreamLimitError,
-    StreamRouter,
-    StreamRouterOwnedError,
-    TimestampError,
-    WindowResult,
-)
-
-__all__ = [
-    "SignalStreamOptions",
-    "SignalStream",
-    "StreamRouter",
-    "WindowResult",
-    "StreamEvent",
-    "SignalConfigError",
-    "SignalDTypeError",
-    "SignalShapeError",
-    "NonFiniteSignalError",
-    "TimestampError",
-    "GapError",
-    "StreamClosedError",
-    "StreamLimitError",
-    "DuplicateStreamError",
-    "StreamRouterOwnedError",
-]
+from .signal import *  # noqa: F403  (every name signal exports, one list: signal.__all__)
+from .signal import __all__ as __all__
