@@ -8,6 +8,7 @@ prints why the variant was chosen, one line per image, and the median latency.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 from pathlib import Path
@@ -17,8 +18,12 @@ from edge_sdk.assets import demo_package_path, demo_samples
 
 
 def main(argv: list[str]) -> int:
-    package = Path(argv[0]) if argv else demo_package_path()
-    images = [Path(a) for a in argv[1:]] or demo_samples()
+    ap = argparse.ArgumentParser(description="Classify image files with a model package.")
+    ap.add_argument("package", nargs="?", type=Path, help="package folder or archive (default: the bundled demo)")
+    ap.add_argument("images", nargs="*", type=Path, help="image files (default: the bundled sample images)")
+    args = ap.parse_args(argv)
+    package = args.package or demo_package_path()
+    images = args.images or demo_samples()
     try:
         model = edge_sdk.load(package)  # profile: $EDGE_SDK_PROFILE or the detected device
     except edge_sdk.EdgeSDKError as e:
