@@ -14,18 +14,14 @@ latency, waiting for the batch included)::
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import math
 import pathlib
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
-import wave
 from collections import deque
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import pytest
@@ -34,209 +30,31 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from edge_sdk.streams import SignalStream, SignalStreamOptions, StreamRouter  # noqa: E402
+from edge_sdk.streams import SignalStream, StreamRouter  # noqa: E402
 from tools import fetch_pretrained as fp  # noqa: E402
+from tools.vad_package import (  # noqa: E402, F401  (shared with samples/vad_stream.py; tests/test_streams.py uses mix via this module)
+    CONTEXT,
+    HOP,
+    MAX_BATCH,
+    SR,
+    VAD,
+    VAD_CONSTANTS,
+    VAD_OPTIONS,
+    Mix,
+    build_vad_package,
+    load_vad,
+    mix,
+    new_audio_span,
+    resample,
+    segments,
+    standard_mix,
+)
 
-VAD = "silero-vad-16k"
 VAD_SHA256 = "7ed98ddbad84ccac4cd0aeb3099049280713df825c610a8ed34543318f1b2c49"
 VAD_WHEEL_SHA256 = "7b7f5436cfcb02fae583a05b512ea96467fd449fe54cb49a5e4f06c51a1e43b8"
-SR = 16000
-HOP = 512  # 32 ms of new audio per call
-CONTEXT = 64  # Silero v5/v6 take the previous call's last 64 samples in front of the new 512
-# window 576 = 64 context + 512 new, every 512; 64 zeros before the first window, as Silero's
-# own OnnxWrapper does. (A plain 512-sample window without the context gives ~0 everywhere.)
-VAD_OPTIONS = SignalStreamOptions(sample_rate_hz=SR, window=HOP + CONTEXT, hop=HOP, prefill=CONTEXT)
-VAD_CONSTANTS = {"sr": np.array(SR, np.int64)}
-TEXTS = ("The quick brown fox jumps over the lazy dog", "Edge devices listen for speech all day long")
 
 
-# --- the package -------------------------------------------------------------------------
-
-
-MAX_BATCH = 64  # streams one call may take (the manifest's bound on the batch dim)
-
-
-def vad_manifest(file: str = "silero_vad.onnx") -> dict[str, Any]:
-    """A dynamic batch dim in [1, MAX_BATCH] (one row per stream): the state pair carries the
-    LSTM state, one stream per row of axis 1 (``batch_axis``); ``sr`` is a constant, fed as is."""
-    batch = {"batch": [1, MAX_BATCH]}
-    return {
-        "schema": 1,
-        "name": "silero-vad",
-        "version": "6.2.3",
-        "task": "audio",
-        "description": "Silero VAD v6, 16 kHz: speech probability per 32 ms (512 new samples + 64 of context)",
-        "inputs": [
-            {"name": "input", "dtype": "float32", "shape": ["batch", HOP + CONTEXT], "dims": batch},
-            {"name": "state", "dtype": "float32", "shape": [2, "batch", 128], "dims": batch},
-            {"name": "sr", "dtype": "int64", "shape": []},
-        ],
-        "outputs": [
-            {"name": "output", "dtype": "float32", "shape": ["batch", 1]},
-            {"name": "stateN", "dtype": "float32", "shape": [2, "batch", 128]},
-        ],
-        "state": [{"input": "state", "output": "stateN", "initial": 0.0, "batch_axis": 1}],
-        "variants": [{"id": "fp32-onnx", "file": file, "backend": "onnxruntime", "precision": "fp32"}],
-    }
-
-
-def build_vad_package(folder: pathlib.Path, model_file: pathlib.Path) -> pathlib.Path:
-    from converters.packaging import write_package
-
-    write_package(folder, vad_manifest(), {"silero_vad.onnx": model_file})
-    return folder
-
-
-def load_vad(folder: pathlib.Path, cache_dir: pathlib.Path, threads: int = 1):
-    import edge_sdk
-
-    return edge_sdk.load(folder, "generic-x86_64", threads=threads, cache_dir=cache_dir)
-
-
-# --- speech --------------------------------------------------------------------------------
-
-
-def espeak(text: str, out: pathlib.Path) -> None:
-    exe = shutil.which("espeak-ng")
-    if exe is None:
-        pytest.fail(
-            "espeak-ng is not installed: these tests synthesize real speech with it. "
-            "Install it (Debian/Ubuntu: `apt-get update && apt-get install -y espeak-ng`)",
-            pytrace=False,
-        )
-    subprocess.run([exe, "-v", "en", "-s", "150", "-w", str(out), text], check=True, capture_output=True, timeout=60)
-
-
-def read_wav(path: pathlib.Path) -> tuple[np.ndarray, int]:
-    with wave.open(str(path)) as w:
-        assert w.getsampwidth() == 2 and w.getnchannels() == 1, (w.getsampwidth(), w.getnchannels())
-        sr = w.getframerate()
-        x = np.frombuffer(w.readframes(w.getnframes()), np.int16).astype(np.float64) / 32768.0
-    return x, sr
-
-
-def resample(x: np.ndarray, sr_in: int, sr_out: int, half: int = 24, beta: float = 8.0) -> np.ndarray:
-    """Band-limited resampling with a Kaiser-windowed sinc (numpy only; no scipy needed).
-    Each output sample is a 2*half-tap weighted sum around its position in the input,
-    low-passed at 0.95 of the lower Nyquist. Output n sits at input position n*down/up
-    (up/down = sr_out/sr_in in lowest terms), so there are only ``up`` distinct filters."""
-    if sr_in == sr_out:
-        return x.copy()
-    g = math.gcd(sr_in, sr_out)
-    up, down = sr_out // g, sr_in // g
-    cutoff = 0.95 * min(1.0, sr_out / sr_in)
-    taps = np.arange(-half + 1, half + 1)
-    d = (np.arange(up) * down % up / up)[:, None] - taps[None, :]  # [phase, tap]: position - tap
-    win = np.i0(beta * np.sqrt(np.clip(1.0 - (d / half) ** 2, 0.0, None))) / np.i0(beta)
-    h = cutoff * np.sinc(cutoff * d) * win
-    n = np.arange(len(x) * sr_out // sr_in)
-    base, phase = n * down // up, n % up
-    xp = np.concatenate([np.zeros(half), x, np.zeros(half + 1)])
-    return np.einsum("nt,nt->n", xp[base[:, None] + taps[None, :] + half], h[phase])
-
-
-def trim(x: np.ndarray, threshold: float = 0.01) -> np.ndarray:
-    """Cut espeak's leading and trailing silence, so the speech boundaries are known."""
-    idx = np.nonzero(np.abs(x) > threshold)[0]
-    return x[idx[0] : idx[-1] + 1]
-
-
-@functools.lru_cache(maxsize=None)
-def utterances() -> tuple[np.ndarray, ...]:
-    """Each of TEXTS spoken by espeak-ng, resampled to 16 kHz, trimmed (float64, read-only)."""
-    out = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for i, text in enumerate(TEXTS):
-            path = pathlib.Path(tmp) / f"u{i}.wav"
-            espeak(text, path)
-            x, sr = read_wav(path)
-            y = trim(resample(x, sr, SR))
-            y.setflags(write=False)
-            out.append(y)
-    return tuple(out)
-
-
-class Mix(NamedTuple):
-    audio: np.ndarray  # float32 [n] at 16 kHz
-    speech_ms: tuple[tuple[float, float], ...]  # (start, end) of each utterance
-
-
-def mix(parts: list[float | int], noise: float = 0.002, gain: float = 1.0, seed: int = 0) -> Mix:
-    """Silence (a float: seconds) and utterances (an int: index into TEXTS), in order, plus
-    Gaussian noise of standard deviation ``noise``."""
-    speech = utterances()
-    chunks, truth, t = [], [], 0
-    for p in parts:
-        if isinstance(p, float):
-            chunks.append(np.zeros(int(round(p * SR))))
-        else:
-            chunks.append(speech[p] * gain)
-            truth.append((t * 1000.0 / SR, (t + len(speech[p])) * 1000.0 / SR))
-        t += len(chunks[-1])
-    x = np.concatenate(chunks)
-    x = x + np.random.default_rng(seed).normal(0.0, noise, len(x))
-    return Mix(x.astype(np.float32), tuple(truth))
-
-
-def standard_mix() -> Mix:
-    """1.0 s silence, speech, 1.5 s silence, speech, 1.0 s silence, low noise."""
-    return mix([1.0, 0, 1.5, 1, 1.0])
-
-
-# --- a hysteresis segmenter --------------------------------------------------------------
-
-
-class HysteresisSegmenter:
-    """Speech segments from per-window probabilities: speech starts at a window >= threshold,
-    ends once probabilities stay < neg_threshold for min_silence_ms; segments shorter than
-    min_speech_ms are dropped (Silero's get_speech_timestamps uses the same rules)."""
-
-    def __init__(self, threshold: float = 0.5, neg_threshold: float = 0.35, min_speech_ms: float = 250.0, min_silence_ms: float = 300.0):
-        self.threshold, self.neg_threshold = threshold, neg_threshold
-        self.min_speech_ms, self.min_silence_ms = min_speech_ms, min_silence_ms
-        self.reset()
-
-    def reset(self) -> None:
-        self._start: float | None = None
-        self._silence: float | None = None
-        self._last_end = 0.0
-
-    def update(self, prob: float, start_ms: float, end_ms: float) -> list[tuple[float, float]]:
-        """Feed one window's probability and the span of its new samples; returns closed segments."""
-        self._last_end = end_ms
-        if self._start is None:
-            if prob >= self.threshold:
-                self._start, self._silence = start_ms, None
-            return []
-        if prob >= self.neg_threshold:
-            self._silence = None
-            return []
-        if self._silence is None:
-            self._silence = start_ms
-        if end_ms - self._silence >= self.min_silence_ms:
-            return self._close(self._silence)
-        return []
-
-    def finish(self) -> list[tuple[float, float]]:
-        return self._close(self._silence if self._silence is not None else self._last_end) if self._start is not None else []
-
-    def _close(self, end: float) -> list[tuple[float, float]]:
-        start, self._start, self._silence = self._start, None, None
-        assert start is not None
-        return [(start, end)] if end - start >= self.min_speech_ms else []
-
-
-def new_audio_span(w) -> tuple[float, float]:
-    """The span of a VAD window's 512 new samples (its first 64 are the previous call's)."""
-    return w.timestamp_ms + CONTEXT * 1000.0 / SR, w.end_ms
-
-
-def segments(results) -> list[tuple[float, float]]:
-    seg = HysteresisSegmenter()
-    out = []
-    for w in results:
-        out += seg.update(float(w.outputs["output"][0, 0]), *new_audio_span(w))
-    return out + seg.finish()
+# --- the reference loop ------------------------------------------------------------------------
 
 
 def reference_probs(model_file: pathlib.Path, audio: np.ndarray) -> np.ndarray:
