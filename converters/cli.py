@@ -10,8 +10,9 @@ runtime; TFLite: the interpreter's tensor details) for the package-level
 inputs/outputs, takes the first variant as the reference unless told, copies
 the files, digests them and writes ``edge-model.toml``. Dynamic dims need
 bounds (``--dim NAME=MIN:MAX``); a TFLite variant whose layout differs gets
-its own input/output specs. Quantization (int8/int4/fp16) with measured
-quality comes with issue 3.
+its own input/output specs. ``quantize`` makes int8/int4/fp16 variants of an
+fp32 ONNX model, measured and gated (:mod:`converters.pipeline`); ``validate``
+re-measures a package; ``inspect`` describes a model file. See docs/converter.md.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ def _parse_dim(s: str) -> tuple[str, tuple[int, int]]:
 
 
 def cmd_package(args: argparse.Namespace) -> int:
+    """``edge-convert package``: copy the ``--variant`` model files into OUT and write a verified manifest for them."""
     from .packaging import write_package
 
     dims = dict(_parse_dim(d) for d in args.dim)
@@ -123,6 +125,7 @@ def cmd_package(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    """``edge-convert verify``: open the package (which checks every digest) and print one ``ok`` line per variant."""
     from edge_sdk.package import ModelPackage
 
     pkg = ModelPackage.open(args.package)
@@ -172,6 +175,8 @@ def _read_labels(path: str) -> Any:
 
 
 def cmd_quantize(args: argparse.Namespace) -> int:
+    """``edge-convert quantize``: build :class:`~converters.pipeline.ConvertOptions` from the arguments and run
+    :func:`~converters.pipeline.convert`."""
     from .pipeline import ConvertOptions, convert
     from .quantize import Int4Options, Int8Options, parse_targets
     from .validate import parse_gate
@@ -200,6 +205,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         tflite=tuple((Path(f.rsplit(":", 1)[0]), f.rsplit(":", 1)[1] if ":" in f else "fp32") for f in args.tflite),
         labels=_read_labels(args.labels) if args.labels else None,
         progress=not args.quiet,
+        calibrate_temperature=args.calibrate_temperature,
     )
     res = convert(args.model, args.calibration, args.out, opts, validation=args.validation)
     for row in res.report["variants"]:
@@ -210,11 +216,16 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         print(f"{row['id']:12s} {gate:6s} {lat:>11s} {cos} {row['method']}" + ("" if row["written"] else "  [not written]"))
         for f in row["gate"]["failures"]:
             print(f"{'':12s}   {f}")
+        if row.get("calibration"):
+            from .calibration_quality import describe
+
+            print(f"{'':12s}   calibration: {describe(row['calibration'])}")
     print(f"wrote {res.package} ({', '.join(res.written)}); report: report.md, report.json, report.png")
     return 0 if not res.refused else 3
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    """``edge-convert validate``: re-measure every variant of an existing package against its reference on ``--data``."""
     import json
 
     from edge_sdk.package import ModelPackage
@@ -224,12 +235,21 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     pkg = ModelPackage.open(args.package)
     data = load_data(args.data, pkg.manifest.inputs, limit=args.limit, progress=not args.quiet)
-    labels = _read_labels(args.labels) if args.labels else data.labels
-    res = validate_package(pkg, list(data.samples), labels=labels, dataset=str(args.data), profile=args.profile, threads=args.threads)
+    from .pipeline import _model_labels
+
+    # folder labels index the data's sorted class names: map them to the model's by name, as quantize does
+    labels = _read_labels(args.labels) if args.labels else _model_labels(data, tuple(pkg.manifest.labels or ()))
+    res = validate_package(
+        pkg, list(data.samples), labels=labels, dataset=str(args.data), profile=args.profile, threads=args.threads,
+        calibrate_temperature=args.calibrate_temperature, n_bins=args.bins,
+    )  # fmt: skip
     rows = []
     for vid, r in res.items():
         q = r.quality.to_dict() if r.quality else {}
         rows.append({"variant": vid, "size": r.size, "latency_ms": r.latency_ms, "reference_latency_ms": r.reference_latency_ms, **q, "notes": list(r.notes)})
+        if r.calibration is not None:
+            rows[-1]["calibration"] = r.calibration.to_dict()
+    written = _write_calibration(args.report_dir, pkg.manifest.name, rows) if args.report_dir else []
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
@@ -240,10 +260,51 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 f"{r.get('max_abs_error', float('nan')):9.4g} {r.get('top1_agreement', float('nan')):6.3f} {r.get('top5_agreement', float('nan')):6.3f} "
                 f"{(r.get('metric') or '')} {r.get('value', '') if r.get('metric') else ''}"
             )
+        _print_calibration(rows, args)
+    for f in written:
+        print(f"wrote {f}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
+def _print_calibration(rows: Sequence[dict[str, Any]], args: argparse.Namespace) -> None:
+    """The calibration lines of ``edge-convert validate`` (variants measured with class labels only)."""
+    from .calibration_quality import describe
+
+    cal = [r for r in rows if r.get("calibration")]
+    if not cal:
+        print("calibration: not measured (needs a classification package and class labels for --data)")
+        return
+    c0 = cal[0]["calibration"]
+    print(f"calibration (top-1 confidence, {c0['n_bins']} equal-width bins, {c0['samples']} samples):")
+    for r in cal:
+        print(f"  {r['variant']:14s} {describe(r['calibration'])}")
+    if args.calibrate_temperature:
+        print("  temperatures fitted on --data itself (the after figures are optimistic); the package is not changed: "
+              "edge-convert quantize --calibrate-temperature stores them")  # fmt: skip
+    if not args.report_dir:
+        print("  reliability diagrams: pass --report-dir DIR to write one PNG per variant")
+
+
+def _write_calibration(out: Path, model_name: str, rows: list[dict[str, Any]]) -> list[Path]:
+    """``validate --report-dir``: a reliability diagram per calibrated variant (named in its row's ``calibration``) and
+    ``validation.json`` (the rows) in ``out``."""
+    import json
+
+    from .calibration_quality import diagram_name, plot_reliability
+
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+    for r in rows:
+        if r.get("calibration"):
+            r["calibration"]["diagram"] = diagram_name(r["variant"])
+            files.append(plot_reliability(r["calibration"], out / r["calibration"]["diagram"], f"{model_name} {r['variant']}"))
+    (out / "validation.json").write_text(json.dumps(rows, indent=2, allow_nan=False, default=str) + "\n", encoding="utf-8")
+    return [*files, out / "validation.json"]
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
+    """``edge-convert inspect``: print a model's ops, I/O, parameters and which quantization modes apply (``--json``: as
+    JSON)."""
     import json
 
     from .inspect_model import format_inspection, inspect_model
@@ -254,6 +315,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``edge-convert``: parse ``argv`` (default ``sys.argv[1:]``), run the command and return its exit
+    status (1 on a conversion, calibration or package error, with the message on stderr)."""
     ap = argparse.ArgumentParser(prog="edge-convert", description="Build and check edge_sdk model packages.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("package", help="write a package from model files")
@@ -299,6 +362,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--profile", help="device profile to record measurements under (default: detected)")
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--calibrate-temperature", action="store_true",
+        help="classification: fit a softmax temperature per variant (on the labelled calibration data, else the validation data) and store it in the manifest",
+    )  # fmt: skip
 
     p = sub.add_parser("validate", help="measure every variant of a package against its reference")
     p.add_argument("package")
@@ -309,6 +376,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--profile")
     p.add_argument("--json", action="store_true")
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--report-dir", type=Path, help="write a reliability diagram PNG per variant and validation.json here (calibration needs class labels)")
+    p.add_argument("--bins", type=int, default=15, help="equal-width confidence bins for ECE and the reliability diagrams")
+    p.add_argument("--calibrate-temperature", action="store_true", help="also fit a softmax temperature per variant on --data and report ECE after it (the package is not changed)")
 
     p = sub.add_parser("inspect", help="ops, opset, inputs/outputs, parameters and which quantization modes apply")
     p.add_argument("model")

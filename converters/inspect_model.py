@@ -31,25 +31,25 @@ Parameters
     TFLite: elements of every tensor backed by a non-empty constant buffer,
     each buffer counted once.  ``weight_dtypes`` splits that count by dtype.
 
-The int8 recommendation (``recommended_int8``)
-    ``"dynamic"`` when the graph is transformer- or RNN-like, else
-    ``"static"``.  Transformer/RNN-like means: *no* convolution
-    (Conv/ConvTranspose/QLinearConv/ConvInteger; TFLite CONV_2D,
-    DEPTHWISE_CONV_2D, TRANSPOSE_CONV, CONV_3D) and at least one of
+The int8 recommendation (``recommended_int8``; ``edge-convert quantize --int8-method auto`` uses it)
+    ``"static"`` when the graph has a convolution (Conv/ConvTranspose/
+    QLinearConv/ConvInteger; TFLite CONV_2D, DEPTHWISE_CONV_2D,
+    TRANSPOSE_CONV, CONV_3D) or no MatMul-like node at all; otherwise
+    ``"dynamic"``, and the reason says which kind of graph it is:
 
-    * a recurrent or attention op (LSTM, GRU, RNN, Attention,
-      MultiHeadAttention, GroupQueryAttention, ...; TFLite's LSTM/RNN ops);
-    * a layer normalization (LayerNormalization, SkipLayerNormalization,
-      SimplifiedLayerNormalization, RMSNormalization, ...) together with at
-      least two MatMul-like nodes (MatMul/Gemm/...; TFLite FULLY_CONNECTED,
-      BATCH_MATMUL);
-    * a Softmax whose output feeds a MatMul (``softmax(Q K^T) V``).
+    * transformer/RNN-like: a recurrent or attention op (LSTM, GRU, RNN,
+      Attention, MultiHeadAttention, GroupQueryAttention, ...; TFLite's
+      LSTM/RNN ops), a layer normalization with at least two MatMul-like
+      nodes, or a Softmax whose output feeds a MatMul (``softmax(Q K^T) V``):
+      activation ranges change from input to input;
+    * MLP-like: MatMul-like nodes (MatMul/Gemm/...; TFLite FULLY_CONNECTED,
+      BATCH_MATMUL) and no convolution.  Measured on the repository's MLP
+      (``tools/data/shapes_mlp_fp32.onnx``): static int8 failed the cosine
+      gate until repair had kept all three MatMuls in float, while dynamic
+      int8 passed at cosine 0.99996.
 
-    Activation ranges of such graphs change from input to input (sequence
-    length, attention scores), so quantizing activations per call (dynamic)
-    keeps accuracy without calibration data; CNN-like and plain MLP graphs
-    have stable ranges and run fastest with calibrated static QDQ int8.  A
-    Softmax that only ends a classifier does not count.
+    CNN-like graphs have stable activation ranges and run fastest with
+    calibrated static QDQ int8.
 """
 
 from __future__ import annotations
@@ -104,6 +104,7 @@ class TensorInfo:
     quant: tuple[float, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict: name, dtype, shape (None if unknown) and ``quant`` where the tensor is quantized."""
         d: dict[str, Any] = {"name": self.name, "dtype": self.dtype, "shape": None if self.shape is None else list(self.shape)}
         if self.quant is not None:
             d["quant"] = list(self.quant)
@@ -148,9 +149,11 @@ class ModelInspection:
 
     @property
     def node_count(self) -> int:
+        """Number of nodes in the graph."""
         return sum(self.op_counts.values())
 
     def mode(self, name: str) -> ModeCheck:
+        """The :class:`ModeCheck` of precision mode ``name``; ``KeyError`` if there is none."""
         for m in self.modes:
             if m.mode == name:
                 return m
@@ -478,7 +481,9 @@ def _inspect_tflite(p: Path, data: bytes, common: dict[str, Any]) -> ModelInspec
         raise InspectError(f"{p}: not a readable TFLite model: {type(e).__name__}: {e}") from e
 
 
-def _read_tflite(s: Any, op_names: dict[int, str], type_names: dict[int, str], data: bytes, version: int, common: dict[str, Any]) -> ModelInspection:
+def _read_tflite(
+    s: Any, op_names: dict[int, str], type_names: dict[int, str], data: bytes, version: int, common: dict[str, Any]
+) -> ModelInspection:
     model = s.Model.GetRootAs(data, 0)
     codes: list[str] = []
     for i in range(model.OperatorCodesLength()):
@@ -588,18 +593,28 @@ def _modes(counts: dict[str, int], quantized: bool, onnx_extras: dict[str, Any] 
     if quantized:
         out.append(ModeCheck("int8-static", False, done))
     elif static:
-        out.append(ModeCheck("int8-static", True, f"{_list_ops(static)} present: {static_kind} suits CNN-like graphs (needs calibration data)"))
+        out.append(
+            ModeCheck("int8-static", True, f"{_list_ops(static)} present: {static_kind} suits CNN-like graphs (needs calibration data)")
+        )
     else:
         out.append(ModeCheck("int8-static", False, "no Conv/Gemm/MatMul: nothing static int8 would speed up"))
     # int8-dynamic
     if quantized:
         out.append(ModeCheck("int8-dynamic", False, done))
     elif dynamic:
-        out.append(ModeCheck("int8-dynamic", True, f"{_list_ops(dynamic)} present: weights int8 ahead of time, activations per call (no calibration data)"))
+        out.append(
+            ModeCheck(
+                "int8-dynamic",
+                True,
+                f"{_list_ops(dynamic)} present: weights int8 ahead of time, activations per call (no calibration data)",
+            )
+        )
     else:
         out.append(ModeCheck("int8-dynamic", False, "no MatMul/Gemm/LSTM/GRU/Attention: dynamic int8 has nothing to quantize"))
     if onnx_extras is None:  # TFLite
-        out.append(ModeCheck("int4", False, "int4 weight-only quantization (MatMulNBits) is an ONNX Runtime format; quantize the ONNX model"))
+        out.append(
+            ModeCheck("int4", False, "int4 weight-only quantization (MatMulNBits) is an ONNX Runtime format; quantize the ONNX model")
+        )
         out.append(ModeCheck("fp16", False, "fp16 conversion is done on the ONNX model"))
         return tuple(out)
     mm, ga, total = onnx_extras["int4_mm"], onnx_extras["int4_gather"], onnx_extras["mm_total"]
@@ -609,12 +624,18 @@ def _modes(counts: dict[str, int], quantized: bool, onnx_extras: dict[str, Any] 
     elif mm or ga:
         parts = []
         if mm:
-            parts.append(f"{mm} of {total} MatMul node{'s' if total != 1 else ''} have a constant 2-D fp32 B (ONNX Runtime's MatMulNBits quantizes only those)")
+            parts.append(
+                f"{mm} of {total} MatMul node{'s' if total != 1 else ''} have a constant 2-D fp32 B (ONNX Runtime's MatMulNBits quantizes only those)"
+            )
         if ga:
             parts.append(f"{ga} Gather of a 2-D fp32 initializer (embedding tables, GatherBlockQuantized)")
         out.append(ModeCheck("int4", True, "; ".join(parts)))
     elif total:
-        out.append(ModeCheck("int4", False, f"none of {total} MatMul node{'s' if total != 1 else ''} has a constant 2-D fp32 B; MatMulNBits needs one"))
+        out.append(
+            ModeCheck(
+                "int4", False, f"none of {total} MatMul node{'s' if total != 1 else ''} has a constant 2-D fp32 B; MatMulNBits needs one"
+            )
+        )
     else:
         gemm = counts.get("Gemm", 0)
         extra = f" (Gemm x{gemm} is not converted to MatMulNBits)" if gemm else ""
@@ -649,8 +670,16 @@ def _recommend(counts: dict[str, int], softmax_feeds_matmul: bool) -> tuple[str,
     if softmax_feeds_matmul:
         signals.append("Softmax feeding a MatMul (attention)")
     if signals:
-        return "dynamic", f"transformer/RNN-like, no convolution ({'; '.join(signals)}): activation ranges vary per input, so quantize them per call"
-    return "static", "no convolution and no transformer/RNN ops: activation ranges are stable, so calibrated static int8 is fastest"
+        return (
+            "dynamic",
+            f"transformer/RNN-like, no convolution ({'; '.join(signals)}): activation ranges vary per input, so quantize them per call",
+        )
+    if mm:
+        return "dynamic", (
+            f"{mm} MatMul-like node(s) and no convolution (MLP-like): activations quantized per call keep the thin "
+            "margins of dense layers that calibrated static ranges can lose"
+        )
+    return "static", "no convolution and no MatMul-like node: calibrated static int8"
 
 
 # --------------------------------------------------------------------------

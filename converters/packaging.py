@@ -78,6 +78,11 @@ def write_package(
     overwrite: bool = False,
     verify: bool = True,
 ) -> ModelPackage | Path:
+    """Write a package folder: copy ``files`` (relative path -> bytes or source path) into ``folder``, fill in each
+    variant's (and external data's, golden files') sha256 and size, check the manifest by parsing it, and write
+    ``edge-model.toml``. Raises ``FileExistsError`` if ``folder`` is not empty and not ``overwrite``,
+    :class:`~edge_sdk.errors.ManifestError` for a bad manifest. Returns the opened (verified) :class:`ModelPackage`,
+    or the folder's path if ``verify`` is false."""
     root = Path(folder)
     if root.exists() and any(root.iterdir()) and not overwrite:
         raise FileExistsError(f"{root} is not empty; pass overwrite=True to replace its files")
@@ -110,6 +115,13 @@ def write_package(
         for key in ("inputs", "outputs"):
             if isinstance(golden.get(key), str) and f"{key}_sha256" not in golden:
                 golden[f"{key}_sha256"] = file_ref(root, golden[key]).sha256
+    rs = m.get("reference_stats")
+    if isinstance(rs, str):  # a file name: digest and size filled in here
+        rs = m["reference_stats"] = {"file": rs}
+    if isinstance(rs, dict) and isinstance(rs.get("file"), str) and ("sha256" not in rs or "size" not in rs):
+        r = file_ref(root, rs["file"])
+        rs.setdefault("sha256", r.sha256)
+        rs.setdefault("size", r.size)
     parsed = Manifest.from_dict(m)
     (root / MANIFEST_NAME).write_text(parsed.to_toml())
     if verify:

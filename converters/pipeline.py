@@ -12,6 +12,12 @@
 4. Write the package: passing variants (and failing ones only with ``force``,
    the failure recorded), each with its quality, gate and measured latency on
    this machine's profile; plus report.json / report.md / report.png.
+5. Classification with labelled validation data: each variant's calibration
+   (ECE, MCE, Brier, NLL; :mod:`converters.calibration_quality`) goes into the
+   report with a reliability diagram per variant (``reliability_<id>.png``);
+   with ``calibrate_temperature`` a softmax temperature is fitted per variant
+   (on the calibration data when it is labelled, else on the validation data)
+   and stored as the variant's ``temperature`` in the manifest.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import numpy as np
 from edge_sdk._modelfile import sniff_format
 from edge_sdk.package import Benchmark, Gate, ImagePreprocess, ModelPackage, Quality, TensorSpec
 
+from .calibration_quality import diagram_name
 from .packaging import SignatureError, onnx_tensor_specs, write_package
 from .quantize import Int4Options, Int8Options, QuantizeError, quantize_target
 from .validate import VariantReport, check_gate, compare, default_gate, validate_package
@@ -63,10 +70,13 @@ class ConvertOptions:
     tflite: tuple[tuple[Path, str], ...] = ()  # (file, precision) of existing TFLite variants
     labels: Sequence[Any] | None = None  # validation labels (class indices or detection boxes)
     progress: bool = True
+    calibrate_temperature: bool = False  # classification: fit a softmax temperature per variant, store it in the manifest
 
 
 @dataclass(frozen=True)
 class ConvertResult:
+    """What :func:`convert` produced: the package folder, the report (as in ``report.json``), the variant ids written
+    and those refused by their gate."""
     package: Path
     report: dict[str, Any]
     written: tuple[str, ...]
@@ -148,6 +158,11 @@ def convert(model: str | Path, calibration: str | Path, out: str | Path, opts: C
         calib, val = calib.split(opts.holdout)
     class_names = opts.class_names or tuple(getattr(calib, "class_names", None) or ())
     labels = opts.labels if opts.labels is not None else _model_labels(val, class_names)
+    if opts.calibrate_temperature and (opts.task != "classification" or labels is None):
+        raise ConvertError(
+            "--calibrate-temperature needs --task classification and labelled validation data "
+            "(class subfolders, labels.csv, .npz 'labels', or --labels)"
+        )
     gate = dict(opts.gate) if opts.gate is not None else default_gate(opts.task)
 
     from edge_sdk.profiles import resolve_profile
@@ -252,7 +267,14 @@ def _convert(
             v["inputs"], v["outputs"] = tfl_overrides[v["id"]]
     pkg = write_package(stage, dict(base, variants=variants), {k: p for k, p in files.items()})
     assert isinstance(pkg, ModelPackage)
-    reports = validate_package(pkg, val_samples, labels=labels, dataset=val_name, profile=det.profile, threads=threads, cache_dir=work / "cache")
+    fit_samples = fit_labels = None
+    if opts.calibrate_temperature:  # fit on the calibration split when it is labelled: the validation data stays unseen
+        fit_labels = _model_labels(calib, class_names)
+        fit_samples = list(calib.samples) if fit_labels is not None else None
+    reports = validate_package(
+        pkg, val_samples, labels=labels, dataset=val_name, profile=det.profile, threads=threads, cache_dir=work / "cache",
+        calibrate_temperature=opts.calibrate_temperature, fit_samples=fit_samples, fit_labels=fit_labels, fit_source=calib_name,
+    )  # fmt: skip
 
     # Gate, then write the final package.
     final_variants: list[dict[str, Any]] = []
@@ -274,6 +296,8 @@ def _convert(
         entry = dict(v)
         entry["quality"] = q.to_dict()
         entry["gate"] = Gate(ok, tuple(gate.items()), fails, forced=not ok and opts.force).to_dict()
+        if r.calibration is not None and r.calibration.fitted and r.calibration.temperature is not None:
+            entry["temperature"] = round(r.calibration.temperature, 6)
         if r.latency_ms is not None:
             entry["benchmarks"] = [Benchmark(det.profile.name, round(r.latency_ms, 4), threads, 1, None if is_ref else round(r.reference_latency_ms or 0, 4) or None, machine).to_dict()]
         if keep:
@@ -289,6 +313,8 @@ def _convert(
             "latency_ms": r.latency_ms, "reference_latency_ms": r.reference_latency_ms, "slower_than_reference": slower,
             "kept_float_nodes": list(extra.get("kept", ())), "notes": notes,
         })  # fmt: skip
+        if r.calibration is not None:
+            rows[-1]["calibration"] = r.calibration.to_dict(diagram=diagram_name(v["id"]))
     for m in made:
         if "error" in m:
             refused.append(m["id"])
@@ -298,9 +324,16 @@ def _convert(
                 "latency_ms": None, "reference_latency_ms": None, "slower_than_reference": False, "kept_float_nodes": [], "notes": [],
             })  # fmt: skip
 
+    # Reference statistics of inputs and outputs (fp32 reference, calibration + validation data) for on-device monitoring.
+    from .reference_stats import write_reference_stats
+
+    base["reference_stats"] = write_reference_stats(pkg, [*calib.samples, *val_samples], work / "reference_stats.json", f"{calib_name} + {val_name}", work / "cache", det.profile)
+    files["reference_stats.json"] = work / "reference_stats.json"
     if out.exists():
         shutil.rmtree(out)
-    final = write_package(out, dict(base, variants=final_variants), {v["file"]: files[v["file"]] for v in final_variants})
+    final = write_package(
+        out, dict(base, variants=final_variants), {**{v["file"]: files[v["file"]] for v in final_variants}, "reference_stats.json": files["reference_stats.json"]}
+    )
     assert isinstance(final, ModelPackage)
     report = {
         "model": {"name": name, "version": opts.version, "task": opts.task, "source": str(src), "source_sha256": hashlib.sha256(data).hexdigest()},

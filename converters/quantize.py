@@ -22,10 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-CNN_OPS = frozenset({"Conv", "ConvTranspose"})
-SEQ_OPS = frozenset({"LSTM", "GRU", "RNN", "Attention", "MultiHeadAttention", "LayerNormalization", "com.microsoft.Attention"})
-MATMUL_OPS = frozenset({"MatMul", "Gemm"})
-
 
 class QuantizeError(ValueError):
     """A variant could not be made; the message says which and why."""
@@ -71,30 +67,15 @@ class Int4Options:
             raise QuantizeError(f"int4 accuracy_level: expected 0..4, got {self.accuracy_level}")
 
 
-def op_types(model_path: Path) -> dict[str, int]:
-    """Op type -> count over the main graph (non-default domains prefixed)."""
-    import onnx
-
-    m = onnx.load(str(model_path), load_external_data=False)
-    out: dict[str, int] = {}
-    for n in m.graph.node:
-        k = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
-        out[k] = out.get(k, 0) + 1
-    return out
-
-
 def choose_int8_method(model_path: Path) -> tuple[str, str]:
-    """("static" | "dynamic", why). Dynamic for RNN/transformer-like graphs (recurrent
-    or attention ops, or MatMul-heavy with no convolution); static otherwise."""
-    ops = op_types(model_path)
-    seq = sorted(k for k in ops if k in SEQ_OPS)
-    convs = sum(ops.get(k, 0) for k in CNN_OPS)
-    mm = sum(ops.get(k, 0) for k in MATMUL_OPS)
-    if seq:
-        return "dynamic", f"sequence/attention ops {seq}: dynamic int8 (activation ranges vary per input)"
-    if convs == 0 and mm > 0:
-        return "dynamic", f"{mm} MatMul/Gemm and no convolution: transformer/MLP-like, dynamic int8"
-    return "static", f"{convs} convolution(s): CNN-like, static QDQ int8 with calibration"
+    """("static" | "dynamic", why): ``edge-convert inspect``'s recommendation
+    (:func:`converters.inspect_model.inspect_model`, one rule for both): static with a
+    convolution or without any MatMul-like node, dynamic for MatMul-only graphs
+    (transformer/RNN-like or MLP-like)."""
+    from .inspect_model import inspect_model
+
+    info = inspect_model(model_path)
+    return info.recommended_int8, info.recommended_reason
 
 
 MIN_QDQ_OPSET = 13  # per-channel DequantizeLinear (axis attribute) needs opset 13
@@ -179,7 +160,9 @@ def quantize_int8(src: Path, dst: Path, opts: Int8Options, reader_factory: Any =
     if method == "static":
         if reader_factory is None:
             raise QuantizeError("int8 static needs calibration data (--calibration)")
-        cm = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy, "percentile": CalibrationMethod.Percentile}[opts.calibration]
+        cm = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy, "percentile": CalibrationMethod.Percentile}[
+            opts.calibration
+        ]
         extra = {"ActivationSymmetric": opts.activation_type == "int8"}
         quantize_static(
             str(src), str(dst), reader_factory(), quant_format=QuantFormat.QDQ, per_channel=opts.per_channel,
@@ -191,7 +174,9 @@ def quantize_int8(src: Path, dst: Path, opts: Int8Options, reader_factory: Any =
         desc = f"int8 static QDQ {a}{w} ({opts.activation_type} activations, {opts.weight_type} weights), {opts.calibration} calibration"
         desc += ", per-channel" if opts.per_channel else ", per-tensor"
     else:
-        quantize_dynamic(str(src), str(dst), weight_type=_qtype(opts.weight_type), per_channel=opts.per_channel, nodes_to_exclude=excl or None)
+        quantize_dynamic(
+            str(src), str(dst), weight_type=_qtype(opts.weight_type), per_channel=opts.per_channel, nodes_to_exclude=excl or None
+        )
         desc = f"int8 dynamic ({opts.weight_type} weights{', per-channel' if opts.per_channel else ''})"
     if excl:
         desc += f", {len(excl)} node(s) kept in float"
@@ -239,6 +224,8 @@ TARGETS = ("int8", "int4", "fp16")
 
 
 def parse_targets(text: str) -> tuple[str, ...]:
+    """Parse ``--to`` (``"int8,int4,fp16"``) into a tuple of targets; :class:`QuantizeError` for an empty list or an
+    unknown target."""
     items = tuple(t.strip() for t in text.split(",") if t.strip())
     bad = [t for t in items if t not in TARGETS]
     if bad or not items:
@@ -257,4 +244,5 @@ def quantize_target(target: str, src: Path, dst: Path, *, int8: Int8Options, int
 
 
 def describe_exclusions(nodes: Sequence[str]) -> str:
+    """Node names kept in float, for a report: comma separated, or ``none``."""
     return ", ".join(nodes) if nodes else "none"

@@ -30,7 +30,15 @@ Schema (``?`` = optional key; values after ``|`` are alternatives)::
                     metric?: str, reference?: str, dataset?: str, samples?: int},   # may be {}
         "gate": {"passed": bool, "thresholds"?: {figure: number}, "failures"?: [str], "forced"?: bool},
         "latency_ms"?: number|None, "reference_latency_ms"?: number|None,
-        "slower_than_reference"?: bool, "kept_float_nodes"?: [str], "notes"?: [str]}, ...]}
+        "slower_than_reference"?: bool, "kept_float_nodes"?: [str], "notes"?: [str],
+        "calibration"?: {"n_bins": int, "samples": int, "before": {ece, mce, brier, nll, ...},
+                         "after"?: {...} | None, "temperature"?: number|None, "fitted"?: bool,
+                         "fitted_on"?: str, "diagram"?: str}}, ...]}
+
+A variant's ``calibration`` (classification with class labels; see
+:mod:`converters.calibration_quality`) adds a "Calibration" table to
+report.md, and its ``diagram`` (``reliability_<variant>.png``), a reliability
+diagram drawn next to report.png.
 
 ``...`` marks where extra keys are welcome: they are kept in report.json,
 and the machine's are listed in report.md (e.g. ``"python": "3.11.9"``).
@@ -54,7 +62,7 @@ REPORT_FILES = {"json": "report.json", "md": "report.md", "png": "report.png"}
 _QUALITY_NUMS = ("cosine", "max_abs_error", "top1_agreement", "top5_agreement", "value")
 _QUALITY_KEYS = (*_QUALITY_NUMS, "metric", "reference", "dataset", "samples")
 _VARIANT_REQUIRED = ("id", "backend", "precision", "file", "size", "method", "written", "quality", "gate")
-_VARIANT_OPTIONAL = ("latency_ms", "reference_latency_ms", "slower_than_reference", "kept_float_nodes", "notes")
+_VARIANT_OPTIONAL = ("latency_ms", "reference_latency_ms", "slower_than_reference", "kept_float_nodes", "notes", "calibration")
 _GATE_COLORS = {"PASS": "#2e7d32", "FAIL": "#c62828", "FORCED": "#ef6c00"}
 _MAX_LISTED_NODES = 50
 
@@ -191,6 +199,10 @@ def validate_report(report: Mapping[str, Any]) -> None:
         for k in ("kept_float_nodes", "notes"):
             if k in v:
                 c.strings(v[k], f"{w}.{k}")
+        if v.get("calibration") is not None:
+            from .calibration_quality import check_calibration_entry
+
+            check_calibration_entry(v["calibration"], f"{w}.calibration")
     if ref not in seen:
         raise ValueError(f"report: 'reference' names {ref!r}, which is not one of the variants {sorted(seen)}")
 
@@ -355,10 +367,43 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         f"![size, latency and cosine per variant]({REPORT_FILES['png']})",
         "",
     ]
+    lines += _calibration_section(variants)
     detail = _details(variants, ref)
     if detail:
         lines += ["## Gate failures and notes", "", *detail]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _calibration_section(variants: list[Mapping[str, Any]]) -> list[str]:
+    """report.md's "Calibration" table and reliability diagrams (variants with a ``calibration`` entry only)."""
+    cal = [(v, v["calibration"]) for v in variants if v.get("calibration")]
+    if not cal:
+        return []
+    first = cal[0][1]
+    lines = [
+        "## Calibration",
+        "",
+        f"Top-1 confidence against accuracy on the validation data, {first.get('n_bins', '?')} equal-width bins. "
+        "ECE: sample-weighted mean gap between accuracy and confidence per bin; MCE: the largest gap; Brier and NLL "
+        "of the true class. \"after T\": with the variant's temperature (fitted at conversion, or from the manifest).",
+        "",
+        "| variant | samples | ECE | MCE | Brier | NLL | T | ECE after T | MCE after T | NLL after T | fitted on | diagram |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|",
+    ]
+    for v, c in cal:
+        b, a = c["before"], c.get("after") or {}
+        diagram = f"[{_md(c['diagram'])}]({c['diagram']})" if c.get("diagram") else "—"
+        lines.append("| " + " | ".join([
+            f"`{_md(v['id'])}`", str(c.get("samples", "—")), _num(b.get("ece"), ".4f"), _num(b.get("mce"), ".4f"),
+            _num(b.get("brier"), ".4f"), _num(b.get("nll"), ".4f"), _num(c.get("temperature"), ".4g"),
+            _num(a.get("ece"), ".4f"), _num(a.get("mce"), ".4f"), _num(a.get("nll"), ".4f"),
+            _md(c.get("fitted_on") or ("manifest" if c.get("temperature") is not None else "—")), diagram,
+        ]) + " |")  # fmt: skip
+    lines.append("")
+    for v, c in cal:
+        if c.get("diagram"):
+            lines += [f"![reliability diagram of {_md(v['id'])}]({c['diagram']})", ""]
+    return lines
 
 
 def _details(variants: list[Mapping[str, Any]], ref: Mapping[str, Any]) -> list[str]:
@@ -507,7 +552,8 @@ def write_report(package_dir: str | Path, report: Mapping[str, Any], *, plot: bo
     ``plot``) ``report.png`` into the existing folder ``package_dir``.
 
     Returns ``{"json": path, "md": path, "png": path}`` (``png`` only when
-    plotted).  Raises ``ValueError`` naming the key for a bad mapping,
+    plotted), plus ``"reliability:<variant id>": path`` for each reliability
+    diagram drawn (variants whose ``calibration`` names a ``diagram``).  Raises ``ValueError`` naming the key for a bad mapping,
     ``NotADirectoryError`` when ``package_dir`` is not a folder and
     ``ImportError`` when ``plot`` is set and matplotlib is missing -- all
     before anything is written.
@@ -527,6 +573,13 @@ def write_report(package_dir: str | Path, report: Mapping[str, Any], *, plot: bo
     paths["md"].write_text(render_markdown(report), encoding="utf-8")
     if plot:
         _plot(report, paths["png"])
+        from .calibration_quality import plot_reliability
+
+        for v in report["variants"]:
+            c = v.get("calibration")
+            if c and c.get("diagram"):
+                name = Path(c["diagram"]).name  # a file next to the report, never elsewhere
+                paths[f"reliability:{v['id']}"] = plot_reliability(c, root / name, f"{report['model']['name']} {v['id']}")
     else:
         del paths["png"]
     return paths

@@ -14,19 +14,26 @@ variant forced, so the same runtime path as on a device is measured):
 
 Latency: median wall time of ``Model.predict`` at batch 1, variants interleaved
 in rounds so drift of the machine's speed hits all of them alike.
+
+Calibration (classification with class labels; :mod:`converters.calibration_quality`):
+ECE, MCE, Brier score and NLL of each variant's top-1 confidence, on its raw
+scores and, when the variant has a manifest ``temperature`` or one is fitted
+(``calibrate_temperature``), after temperature scaling.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from edge_sdk.package import ModelPackage, Quality, TensorSpec
+
+from .calibration_quality import DEFAULT_BINS, CalibrationQualityError, CalibrationResult, assess
 
 DEFAULT_GATES: dict[str, dict[str, float]] = {
     # cosine >= 0.99 and top-1 agreement >= 98 % for classification (the issue's defaults)
@@ -42,6 +49,8 @@ class ValidationError(ValueError):
 
 
 def default_gate(task: str) -> dict[str, float]:
+    """The default gate thresholds for ``task`` (a copy); tasks without their own get ``FALLBACK_GATE`` (cosine >=
+    0.99)."""
     return dict(DEFAULT_GATES.get(task, FALLBACK_GATE))
 
 
@@ -121,6 +130,7 @@ def detection_precision_recall(
 
 @dataclass(frozen=True)
 class Comparison:
+    """The quality figures of one variant's outputs against the reference's, with notes on what could not be measured."""
     quality: Quality
     notes: tuple[str, ...] = ()
 
@@ -186,15 +196,20 @@ def adapt(x: np.ndarray, src: TensorSpec, dst: TensorSpec) -> np.ndarray:
 
 @dataclass(frozen=True)
 class VariantReport:
+    """One variant's measured result: quality against the reference (None for the reference itself), notes, median
+    latency and the reference's on this machine, and file size in bytes."""
     variant_id: str
     quality: Quality | None
     notes: tuple[str, ...] = ()
     latency_ms: float | None = None
     reference_latency_ms: float | None = None
     size: int = 0
+    calibration: CalibrationResult | None = None  # classification with class labels only
 
     @property
     def slower_than_reference(self) -> bool:
+        """True if the variant's latency is more than ``SLOWER_MARGIN`` (3 %) above the reference's; False if either is
+        unknown."""
         return self.latency_ms is not None and self.reference_latency_ms is not None and self.latency_ms > self.reference_latency_ms * SLOWER_MARGIN
 
 
@@ -209,6 +224,7 @@ class Measurer:
     _models: dict[str, Any] = field(default_factory=dict)
 
     def model(self, vid: str) -> Any:
+        """The loaded model of variant ``vid`` (loaded on first use, then kept)."""
         import edge_sdk
 
         if vid not in self._models:
@@ -221,17 +237,20 @@ class Measurer:
         return self._models[vid]
 
     def close(self) -> None:
+        """Close every model loaded so far."""
         for m in self._models.values():
             m.close()
         self._models.clear()
 
     def feeds(self, vid: str, sample: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``sample`` (laid out for the reference variant's inputs) laid out for variant ``vid``'s inputs (NCHW <-> NHWC)."""
         m = self.pkg.manifest
         ref_specs = {s.name: s for s in m.inputs}
         specs = {s.name: s for s in m.inputs_for(m.variant(vid))}
         return {k: adapt(v, ref_specs[k], specs[k]) for k, v in sample.items()}
 
     def outputs(self, vid: str, samples: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        """Run variant ``vid`` on each sample and return its outputs, concatenated along the batch axis per output name."""
         model = self.model(vid)
         per: dict[str, list[np.ndarray]] = {}
         for s in samples:
@@ -271,9 +290,19 @@ def validate_package(
     threads: int | None = None,
     cache_dir: Path | None = None,
     latency: bool = True,
+    calibrate_temperature: bool = False,
+    fit_samples: Sequence[Mapping[str, np.ndarray]] | None = None,
+    fit_labels: Sequence[int] | None = None,
+    fit_source: str | None = None,
+    n_bins: int = DEFAULT_BINS,
 ) -> dict[str, VariantReport]:
     """Measure every variant against the reference. ``samples`` are laid out for
-    the package-level input specs (the reference's)."""
+    the package-level input specs (the reference's).
+
+    With a classification decoder and class ``labels``, each report's ``calibration`` holds the ECE (``n_bins``
+    bins) on the raw scores and after the variant's manifest ``temperature``; with ``calibrate_temperature`` a
+    temperature is fitted per variant instead, on ``fit_samples``/``fit_labels`` when given (``fit_source`` names
+    them), else on ``samples``/``labels`` themselves (then the after figures are optimistic)."""
     pkg = package if isinstance(package, ModelPackage) else ModelPackage.open(package)
     m = pkg.manifest
     if not samples:
@@ -285,20 +314,38 @@ def validate_package(
         class_output = m.decoder.output if m.decoder.kind == "classification" else None
         if m.decoder.kind == "classification" and class_output is None:
             class_output = m.outputs[0].name
+        calibrated = class_output is not None and labels is not None and m.task != "detection"
+        if calibrate_temperature and not calibrated:
+            raise ValidationError("fitting a temperature needs a classification decoder and class labels for the data (--labels, or labelled data)")
+        if fit_samples is not None and (fit_labels is None or len(fit_labels) != len(fit_samples)):
+            raise ValidationError(f"fit_labels: expected {len(fit_samples)} class indices for the temperature-fitting samples")
         out: dict[str, VariantReport] = {}
         for v in m.variants:
             got = ref_out if v.id == ref.id else meas.outputs(v.id, samples)
             c = compare(ref_out, got, task=m.task, class_output=class_output, labels=labels, reference_id=ref.id, dataset=dataset)
-            out[v.id] = VariantReport(v.id, c.quality, c.notes, size=v.total_size)
+            cal = None
+            if calibrated:
+                n = got[class_output].shape[0]
+                fit_scores = None
+                if calibrate_temperature and fit_samples is not None:
+                    fit_scores = meas.outputs(v.id, fit_samples)[class_output].reshape(len(fit_samples), -1)
+                try:
+                    cal = assess(
+                        got[class_output].reshape(n, -1), labels, logits=m.decoder.softmax, temperature=v.temperature,
+                        fit=calibrate_temperature, fit_scores=fit_scores, fit_labels=fit_labels, n_bins=n_bins,
+                        fitted_on=(fit_source or "temperature-fitting data") if fit_scores is not None else f"{dataset or 'the validation data'} (the data measured: optimistic)",
+                    )  # fmt: skip
+                except CalibrationQualityError as e:
+                    raise ValidationError(f"calibration of variant {v.id}: {e}") from None
+            out[v.id] = VariantReport(v.id, c.quality, c.notes, size=v.total_size, calibration=cal)
         if latency:
             lat = meas.latencies([v.id for v in m.variants], samples[0])
-            out = {
-                k: VariantReport(r.variant_id, r.quality, r.notes, lat[k], lat[ref.id], r.size) for k, r in out.items()
-            }
+            out = {k: replace(r, latency_ms=lat[k], reference_latency_ms=lat[ref.id]) for k, r in out.items()}
         return out
     finally:
         meas.close()
 
 
 def finite_or_none(x: float | None) -> float | None:
+    """``x``, or None if it is None, NaN or infinite (for JSON)."""
     return None if x is None or not math.isfinite(x) else x

@@ -2,7 +2,7 @@
 
     edge-sdk profile [--profile P] [--root DIR] [--json]
     edge-sdk inspect PACKAGE [--profile P] [--json]
-    edge-sdk predict PACKAGE INPUT [--variant V] [--top-k K] [--repeat N] [--json]
+    edge-sdk predict PACKAGE INPUT [--variant V] [--top-k K] [--repeat N] [--deterministic] [--result-cache N] [--json]
     edge-sdk demo [--runs N] [--variant V] [--json]
     edge-sdk monitor [--profile P] [--root DIR] [--interval S] [--count N] [--url URL] [--json]
     edge-sdk serve PACKAGE... [--host H] [--port N] [--max-batch N] [--max-delay-ms MS] [--queue-size N]
@@ -38,13 +38,25 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
-def _add_load(p: argparse.ArgumentParser) -> None:
+def _add_load(p: argparse.ArgumentParser, *, result_cache: bool = False) -> None:
     p.add_argument("--variant", help="force this variant id")
     p.add_argument("--threads", type=int, help="override the profile's thread count")
     p.add_argument("--no-measure", action="store_true", help="do not time tied backends; take the profile's order")
+    add_repro_arguments(p, result_cache=result_cache)
+
+
+def add_repro_arguments(p: argparse.ArgumentParser, *, result_cache: bool = True) -> None:
+    """``--deterministic`` and, for ``predict``, ``--result-cache N`` (not for serve, whose workers
+    run the session directly, nor demo, whose latency loop repeats one image)."""
+    p.add_argument("--deterministic", action="store_true",
+                   help="repeatable results: fixed threads (--threads, else 1) and the runtime's deterministic settings (docs/reproducibility.md)")  # fmt: skip
+    if result_cache:
+        p.add_argument("--result-cache", type=int, default=0, metavar="N",
+                       help="keep the outputs of the last N distinct inputs and answer repeats from them (default 0: off)")  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``edge-sdk`` argument parser with every subcommand (also used to generate docs/reference.md)."""
     ap = argparse.ArgumentParser(prog="edge-sdk", description="Run ML models on edge devices.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("profile", help="the detected device profile and why, runtimes, providers, sensors")
@@ -58,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int)
     p.add_argument("--repeat", type=int, default=1, help="run N times and report latency percentiles")
     _add_common(p)
-    _add_load(p)
+    _add_load(p, result_cache=True)
     p = sub.add_parser("demo", help="the bundled shapes classifier on bundled images (no camera, no network)")
     p.add_argument("--runs", type=int, default=200, help="timed runs for latency percentiles (default 200)")
     _add_common(p)
@@ -86,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``edge-sdk``: parse ``argv`` (default ``sys.argv[1:]``), run the command and return its exit status (1 with the
+    message on stderr for an :class:`~edge_sdk.errors.EdgeSDKError`, an unreadable file or bad input; 0 on Ctrl-C)."""
     args = build_parser().parse_args(argv)
     try:
         cmds = {
@@ -110,6 +124,7 @@ def _out(args: argparse.Namespace, data: Any, text: str) -> None:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
+    """``edge-sdk profile``: print the detected device profile and why, the runtimes and providers available, and the sensors found."""
     from .backends.base import all_backend_status
     from .profiles import resolve_profile
     from .sensors import scan
@@ -146,6 +161,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    """``edge-sdk inspect``: print a package's manifest, variants, digests, and the variant selection for the profile with its reasons."""
     from .backends.base import all_backend_status
     from .package import ModelPackage
     from .profiles import resolve_profile
@@ -186,7 +202,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def load_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """``edge_sdk.load`` keyword arguments from the shared ``--root/--variant/--threads/--no-measure`` options."""
+    """``edge_sdk.load`` keyword arguments from the shared ``--root/--variant/--threads/--no-measure/--deterministic/--result-cache`` options."""
     kw: dict[str, Any] = {"root": args.root}
     if args.variant:
         kw["variant"] = args.variant
@@ -194,6 +210,10 @@ def load_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         kw["threads"] = args.threads
     if args.no_measure:
         kw["measure_backends"] = False
+    if getattr(args, "deterministic", False):
+        kw["deterministic"] = True
+    if getattr(args, "result_cache", 0):
+        kw["result_cache"] = args.result_cache
     return kw
 
 
@@ -216,6 +236,8 @@ def _read_input(path: Path) -> tuple[str, Any]:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
+    """``edge-sdk predict``: run a package on an image file or a ``.npy`` tensor (``--repeat N`` for latency percentiles) and print the
+    result."""
     kind, x = _read_input(Path(args.input))
     if args.repeat < 1:
         print("edge-sdk: --repeat must be >= 1", file=sys.stderr)
@@ -226,6 +248,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
         r = results[-1]
         data = r.to_dict()
         data["selection"] = model.selection.to_dict()
+        if model.options.deterministic:
+            data["determinism"] = list(model.session.info.determinism)
+        if model.result_cache is not None:
+            data["result_cache"] = model.result_cache.stats()._asdict()
         lat = None
         if args.repeat > 1:
             lat = {k: _percentiles([getattr(x.timings, k) for x in results]) for k in ("total_ms", "inference_ms")}
@@ -246,6 +272,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    """``edge-sdk demo``: run the bundled shapes classifier on its sample images and print the selection, results and timings."""
     from .assets import demo_package_path, demo_samples
 
     if args.runs < 1:
@@ -293,6 +320,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_monitor(args: argparse.Namespace) -> int:
+    """``edge-sdk monitor``: live temperatures, throttled flags, power rails and governor state, from this device's sensors or from
+    ``--url``."""
     from . import monitor
 
     profile = None
@@ -304,18 +333,21 @@ def cmd_monitor(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    """``edge-sdk serve``: serve packages over the KServe v2 protocol (see :mod:`edge_sdk.serve.command`)."""
     from .serve.command import run
 
     return run(args)
 
 
 def cmd_models(args: argparse.Namespace) -> int:
+    """``edge-sdk models``: manage a model store (see :mod:`edge_sdk.store.command`)."""
     from .store.command import run
 
     return run(args)
 
 
 def cmd_bench(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
+    """``edge-sdk bench``: run the benchmark scenarios (see :mod:`edge_sdk.bench.command`)."""
     from .bench.command import run
 
     return run(args, argv)

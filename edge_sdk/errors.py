@@ -77,6 +77,11 @@ class SessionClosedError(BackendError, RuntimeError):
     """A call was made on a session or model after ``close()``."""
 
 
+class ResultCacheError(EdgeSDKError, ValueError):
+    """A result cache was asked for a model whose output is not a function of its input alone
+    (stateful manifest, streaming session); the message says why."""
+
+
 # --- inputs --------------------------------------------------------------------
 
 

@@ -30,12 +30,14 @@ from .backends.base import ModelSource, Session, SessionOptions, all_backend_sta
 from .errors import (
     ImageError,
     InputError,
+    ResultCacheError,
     SessionClosedError,
     SignatureMismatchError,
 )
 from .package import ModelPackage, TensorSpec, Variant, default_cache_dir
 from .processing.decoders import Classification, decode_classification
 from .profiles import Detection, DeviceProfile, resolve_profile
+from .result_cache import ResultCache, key_prefix
 from .selection import Selection, select_variant
 from .telemetry import ModelTelemetry, Provenance, model_telemetry
 from .validation import InputValidator
@@ -66,6 +68,12 @@ class LoadOptions:
     taking this process down. A pass is remembered per model digest and runtime
     version (one child per model per device, ~0.3 s). None (default): on, except for
     packages installed in a model store (verified and health-checked at install).
+    deterministic: repeatable results (docs/reproducibility.md): threads fixed (``threads``, else 1,
+    never the machine's CPU count), no timing-based backend choice, and each backend's own settings
+    (ONNX Runtime ``use_deterministic_compute``, CUDA ``cudnn_conv_algo_search=DEFAULT``; LiteRT
+    ``num_threads``); ``describe()["determinism"]`` lists them.
+    result_cache: keep the outputs of the last N distinct inputs (an LRU, :mod:`edge_sdk.result_cache`);
+    0 (default): off. Refused (ResultCacheError) for stateful (streaming) models.
     """
 
     variant: str | None = None
@@ -84,8 +92,14 @@ class LoadOptions:
     root: str = "/"
     telemetry: bool = True
     sandbox: bool | None = None
+    deterministic: bool = False
+    result_cache: int = 0
 
     def __post_init__(self) -> None:
+        if not isinstance(self.deterministic, bool):
+            raise ValueError(f"deterministic: expected True or False, got {self.deterministic!r}")
+        if isinstance(self.result_cache, bool) or not isinstance(self.result_cache, int) or self.result_cache < 0:
+            raise ValueError(f"result_cache: expected an int >= 0 (entries; 0 = off), got {self.result_cache!r}")
         if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
             raise ValueError(f"threads: expected an int >= 1, got {self.threads!r}")
         if self.measure_runs < 1 or self.measure_budget_s <= 0:
@@ -100,6 +114,8 @@ class LoadOptions:
         ``threads`` is taken as given."""
         rt = profile.runtime
         threads = self.threads if self.threads is not None else min(rt.threads, cpu_count or rt.threads)
+        if self.deterministic and self.threads is None:
+            threads = 1  # not the profile's count capped by this machine's CPUs: the same everywhere
         return SessionOptions(
             threads=threads,
             allow_spinning=self.allow_spinning if self.allow_spinning is not None else rt.allow_spinning,
@@ -108,6 +124,7 @@ class LoadOptions:
             delegates=tuple(self.delegates) if self.delegates is not None else tuple(rt.litert_delegates),
             cache_dir=cache_dir,
             raw_io=self.raw_io,
+            deterministic=self.deterministic,
         )
 
 
@@ -150,6 +167,7 @@ class Result(NamedTuple):
     batch_size: int = 1
     transform: Any = None
     provenance: Provenance | None = None
+    cached: bool = False
 
     @property
     def top1(self) -> Classification:
@@ -159,6 +177,8 @@ class Result(NamedTuple):
         return self.decoded[0][0]
 
     def to_dict(self, *, with_outputs: bool = False) -> dict[str, Any]:
+        """A JSON-able dict: model, version, variant, backend, sha256, per-stage timings, provenance, and the decoded
+        classes/detections/mask; raw outputs too if ``with_outputs`` or nothing was decoded."""
         d: dict[str, Any] = {
             "model": self.model_name,
             "version": self.model_version,
@@ -169,6 +189,8 @@ class Result(NamedTuple):
         }
         if self.provenance is not None:
             d["provenance"] = self.provenance.to_dict()
+        if self.cached:
+            d["cached"] = True
         if isinstance(self.decoded, tuple):
             d["classes"] = [[{"index": c.index, "label": c.label, "score": c.score} for c in row] for row in self.decoded]
         elif self.decoded is not None and hasattr(self.decoded, "to_dict"):
@@ -215,6 +237,11 @@ class Model:
         detection: Detection,
         options: LoadOptions,
     ) -> None:
+        try:
+            _check_result_cache(package.manifest, options)
+        except ResultCacheError:
+            session.close()
+            raise
         self.package = package
         self.manifest = package.manifest
         self.variant = variant
@@ -244,23 +271,35 @@ class Model:
         self._tm: ModelTelemetry | None = model_telemetry(self.provenance) if options.telemetry else None
         if self._tm is not None:
             self._tm.opened()
+        self._monitor: Any = None  # edge_sdk.quality.QualityMonitor (attach_monitor); None: nothing observed
+        self._reference_stats: Any = False  # loaded on first use (False: not yet)
+        self._cache: ResultCache | None = None
+        if options.result_cache:
+            prefix = key_prefix(variant.sha256, variant.id, self._inputs, options.raw_io)
+            self._cache = ResultCache(options.result_cache, prefix, self._tm.result_cache_lookup if self._tm is not None else None)
+            if self._tm is not None:
+                self._tm.result_cache_enabled()
 
     # -- lifecycle ---------------------------------------------------------------
 
     @property
     def session(self) -> Session:
+        """The runtime session of the chosen variant."""
         return self._session
 
     @property
     def inputs(self) -> tuple[TensorSpec, ...]:
+        """The chosen variant's input specs (what :meth:`predict` validates against)."""
         return self._inputs
 
     @property
     def outputs(self) -> tuple[TensorSpec, ...]:
+        """The chosen variant's output specs."""
         return self._outputs
 
     @property
     def closed(self) -> bool:
+        """True after :meth:`close`."""
         return self._closed
 
     @property
@@ -308,6 +347,9 @@ class Model:
         """Count a failed call (by exception type) and report it to event listeners."""
         if self._tm is not None:
             self._tm.error(exc, call)
+        mon = self._monitor
+        if mon is not None and isinstance(exc, InputError):
+            mon.schema_violation(exc)
 
     def predict_image(self, image: np.ndarray | str | Path, *, color: str = "RGB", top_k: int | None = None) -> Result:
         """Run on an image (HxWx3 uint8 array in ``color`` order, or a file path),
@@ -368,7 +410,9 @@ class Model:
     def _decode_outputs(self, outs: Mapping[str, np.ndarray], top_k: int | None, transform: Any) -> Any:
         if self._cls_output is not None:
             dec = self.manifest.decoder
-            return decode_classification(outs[self._cls_output], self._labels, top_k=top_k or dec.top_k, apply_softmax=dec.softmax)
+            return decode_classification(
+                outs[self._cls_output], self._labels, top_k=top_k or dec.top_k, apply_softmax=dec.softmax, temperature=self.variant.temperature or 1.0
+            )
         if self._decode_other is not None:
             return self._decode_other(outs, transform)
         return None
@@ -383,6 +427,8 @@ class Model:
         pre_ns: int = 0,
         batch: int = 1,
     ) -> Result:
+        if self._cache is not None:
+            return self._finish_cached(feeds, t0, t_ready, top_k, transform, pre_ns, batch)
         outs = self._session.run(feeds)
         t2 = time.perf_counter_ns()
         decoded = self._decode_outputs(outs, top_k, transform)
@@ -391,6 +437,8 @@ class Model:
         tm = self._tm
         if tm is not None:  # a few list appends, no lock (see edge_sdk.telemetry)
             tm.record(val_ns, pre_ns, inf_ns, dec_ns, tot_ns)
+        if self._monitor is not None:  # quality monitor: a counter increment unless this call is sampled
+            self._monitor.observe(feeds, outs, decoded)
         vid, backend, name, version, sha = self._meta
         return Result(
             outs,
@@ -405,6 +453,76 @@ class Model:
             transform,
             self.provenance,
         )
+
+    def _finish_cached(
+        self, feeds: dict[str, np.ndarray], t0: int, t_ready: int, top_k: int | None, transform: Any, pre_ns: int, batch: int
+    ) -> Result:
+        """``_finish`` with the result cache: on a hit the model does not run (inference 0 ms, not
+        recorded); the decoder runs either way, with this call's top_k and transform."""
+        cache = self._cache
+        assert cache is not None
+        key = cache.key(feeds)  # hashing the input counts as inference time on a miss, lookup time on a hit
+        outs = cache.get(key)
+        hit = outs is not None
+        if outs is None:
+            outs = self._session.run(feeds)
+            cache.put(key, outs)
+        t2 = time.perf_counter_ns()
+        decoded = self._decode_outputs(outs, top_k, transform)
+        t3 = time.perf_counter_ns()
+        val_ns, inf_ns, dec_ns, tot_ns = t_ready - t0 - pre_ns, t2 - t_ready, t3 - t2, t3 - t0
+        tm = self._tm
+        if tm is not None:
+            if hit:
+                tm.record_cached(val_ns, pre_ns, dec_ns, tot_ns)
+            else:
+                tm.record(val_ns, pre_ns, inf_ns, dec_ns, tot_ns)
+        if self._monitor is not None:
+            self._monitor.observe(feeds, outs, decoded)
+        vid, backend, name, version, sha = self._meta
+        timings = Timings(val_ns * _NS, pre_ns * _NS, 0.0 if hit else inf_ns * _NS, dec_ns * _NS, tot_ns * _NS)
+        return Result(outs, decoded, timings, vid, backend, name, version, sha, batch, transform, self.provenance, hit)
+
+    def attach_monitor(self, monitor: Any) -> Any:
+        """Let ``monitor`` (an :class:`edge_sdk.quality.QualityMonitor`) observe every successful call
+        (``observe(feeds, outputs, decoded)``: a counter increment unless sampled) and every input
+        refused by validation (``schema_violation(exc)``). One monitor per model; returns a function
+        that detaches it."""
+        if not (callable(getattr(monitor, "observe", None)) and callable(getattr(monitor, "schema_violation", None))):
+            raise TypeError(f"attach_monitor: expected a QualityMonitor (observe + schema_violation), got {type(monitor).__name__}")
+        if self._monitor is not None and self._monitor is not monitor:
+            raise ValueError(f"model {self.manifest.name} already has a monitor attached; detach it first")
+        bind = getattr(monitor, "bind", None)
+        if bind is not None:
+            bind(self)
+        self._monitor = monitor
+
+        def detach() -> None:
+            if self._monitor is monitor:
+                self._monitor = None
+
+        return detach
+
+    @property
+    def monitor(self) -> Any:
+        """The attached quality monitor, or None."""
+        return self._monitor
+
+    @property
+    def reference_stats(self) -> Any:
+        """The package's reference statistics (:class:`edge_sdk.quality.ReferenceStats`, read from the
+        file the manifest's ``[reference_stats]`` covers by digest, verified again), or None if it has none."""
+        if self._reference_stats is False:
+            from .quality.reference import ReferenceStats
+
+            data = self.package.read_reference_stats()
+            self._reference_stats = None if data is None else ReferenceStats.from_json(data, self.manifest.reference_stats.file)
+        return self._reference_stats
+
+    @property
+    def result_cache(self) -> ResultCache | None:
+        """This instance's :class:`~edge_sdk.result_cache.ResultCache` (``.stats()``), None when off."""
+        return self._cache
 
     def predict_batch(self, items: Sequence[np.ndarray | Mapping[str, np.ndarray]], *, top_k: int | None = None) -> list[Result]:
         """Run several single-row items. Each is validated like ``predict``; when
@@ -453,11 +571,15 @@ class Model:
         """Per-stream state for streaming models (manifest ``state`` pairs)."""
         if self._closed:
             raise SessionClosedError("model is closed")
+        if self._cache is not None:
+            raise ResultCacheError("model.stream() refused: this model was loaded with result_cache; a stream carries state between calls")
         return Stream(self)
 
     # -- description ---------------------------------------------------------------
 
     def describe(self) -> dict[str, Any]:
+        """A JSON-able summary: model, version, variant, precision, sha256, backend, runtime, threads, providers/delegates used, session
+        notes, profile, the selection and provenance."""
         info = self._session.info
         return {
             "model": self.manifest.name,
@@ -476,6 +598,9 @@ class Model:
             "profile": self.detection.profile.name,
             "selection": self.selection.to_dict(),
             "provenance": self.provenance.to_dict(),
+            "deterministic": self.options.deterministic,
+            "determinism": list(info.determinism),
+            "result_cache": self._cache.stats()._asdict() if self._cache is not None else None,
         }
 
 
@@ -495,6 +620,7 @@ class Stream:
         self.reset()
 
     def reset(self) -> None:
+        """Start over: every state input back to its ``initial`` value."""
         with self._lock:
             self._state = {
                 p.input: np.full(self._specs[p.input].min_shape(), p.initial, dtype=self._specs[p.input].dtype) for p in self._pairs
@@ -502,9 +628,12 @@ class Stream:
 
     @property
     def state(self) -> dict[str, np.ndarray]:
+        """A copy of the state tensors the next call will be fed, by input name."""
         return {k: v.copy() for k, v in self._state.items()}
 
     def predict(self, inputs: np.ndarray | Mapping[str, np.ndarray], *, top_k: int | None = None) -> Result:
+        """Like :meth:`Model.predict` with the state inputs fed from the previous call; passing a state input raises
+        :class:`~edge_sdk.errors.InputError`. The result's paired outputs become the next call's state."""
         m = self._model
         with self._lock:
             t0 = time.perf_counter_ns()
@@ -559,6 +688,16 @@ def _build_decoder(manifest: Any, inputs: Sequence[TensorSpec], outputs: Sequenc
     kw = {k: p[k] for k in ("class_aware", "normalized", "apply_sigmoid") if k in p}
     layout = p["layout"]
     return lambda outs, tf: D.decode_yolo(outs[out], layout=layout, labels=labels, transform=tf, input_size=size, **kw, **common)
+
+
+def _check_result_cache(manifest: Any, opts: LoadOptions) -> None:
+    """Refuse ``result_cache`` for a model whose output is not a function of its input alone."""
+    if opts.result_cache and manifest.state:
+        pairs = [(s.input, s.output) for s in manifest.state]
+        raise ResultCacheError(
+            f"result_cache refused for {manifest.name}: its manifest declares state pairs {pairs} (a streaming model), "
+            "so an output depends on earlier calls, not on the input alone; load it without result_cache"
+        )
 
 
 def _signature_check(v: Variant, specs_in: Sequence[TensorSpec], specs_out: Sequence[TensorSpec], session: Session) -> None:
@@ -648,6 +787,7 @@ def load(
     opts = replace(options or LoadOptions(), **overrides) if overrides else (options or LoadOptions())
     cache = Path(opts.cache_dir) if opts.cache_dir else default_cache_dir()
     pkg = package if isinstance(package, ModelPackage) else ModelPackage.open(package, cache_dir=cache)
+    _check_result_cache(pkg.manifest, opts)  # before any session is opened
     detection = resolve_profile(profile, root=opts.root)
     # Probe only the runtimes this package's variants use: importing an unused one
     # (onnxruntime for a TFLite-only package) costs tens of ms of cold start.
@@ -664,7 +804,7 @@ def load(
     )
     sopts = opts.session_options(detection.profile, cache, detection.facts.cpu_count)
     tied = sel.tied
-    if tied and opts.measure_backends:
+    if tied and opts.measure_backends and not opts.deterministic:  # a timing-based choice can differ between loads
         sel, session = _measure(pkg, sel, tied, sopts, opts, cache, detection.profile.name)
     else:
         session = _open(pkg, pkg.manifest.variant(sel.variant_id), sopts, opts)

@@ -79,6 +79,7 @@ def default_cache_dir() -> Path:
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    """Hex sha256 of the file at ``path``, read in ``chunk``-byte pieces."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while True:
@@ -164,10 +165,13 @@ class ImagePreprocess:
 
     @property
     def channels(self) -> int:
+        """1 for GRAY, else 3."""
         return 1 if self.color == "GRAY" else 3
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str) -> "ImagePreprocess":
+        """Parse an input's ``preprocess`` table; :class:`~edge_sdk.errors.ManifestError` (naming ``where``) for an unknown key or a bad
+        value."""
         _no_unknown(d, ("kind", "size_hw", "resize", "color", "scale", "mean", "std", "pad_value", "crop_fraction", "interpolation"), where)
         kind = _req(d, "kind", str, where)
         _choice(kind, ("image",), f"{where}.kind")
@@ -204,6 +208,7 @@ class ImagePreprocess:
         )
 
     def to_dict(self) -> dict[str, Any]:
+        """The manifest form."""
         return {
             "kind": "image",
             "size_hw": list(self.size_hw),
@@ -238,6 +243,7 @@ class TensorSpec:
     preprocess: ImagePreprocess | None = None
 
     def bounds(self, dim: str) -> tuple[int, int] | None:
+        """The inclusive (min, max) bounds of dynamic dim ``dim``, or None if it has none."""
         for n, lo, hi in self.dim_bounds:
             if n == dim:
                 return lo, hi
@@ -245,6 +251,7 @@ class TensorSpec:
 
     @property
     def rank(self) -> int:
+        """Number of dimensions."""
         return len(self.shape)
 
     def min_shape(self) -> tuple[int, ...]:
@@ -260,6 +267,8 @@ class TensorSpec:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str, *, is_input: bool) -> "TensorSpec":
+        """Parse one ``inputs``/``outputs`` entry; :class:`~edge_sdk.errors.ManifestError` (naming ``where`` and the tensor) for a bad
+        dtype, shape, layout or dims, or an input dynamic dim without bounds."""
         _no_unknown(d, ("name", "dtype", "shape", "layout", "dims", "preprocess"), where)
         name = _req(d, "name", str, where)
         where = f"{where}[{name}]"
@@ -308,6 +317,7 @@ class TensorSpec:
         return cls(name=name, dtype=dtype, shape=tuple(shape), layout=layout, dim_bounds=tuple(bounds), preprocess=pre)
 
     def to_dict(self) -> dict[str, Any]:
+        """The manifest form."""
         d: dict[str, Any] = {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
         if self.layout:
             d["layout"] = self.layout
@@ -337,6 +347,7 @@ class DecoderSpec:
     params: tuple[tuple[str, Any], ...] = ()
 
     def param(self, key: str, default: Any = None) -> Any:
+        """The value of decoder parameter ``key``, or ``default``."""
         for k, v in self.params:
             if k == key:
                 return v
@@ -344,6 +355,8 @@ class DecoderSpec:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str) -> "DecoderSpec":
+        """Parse the manifest ``decoder`` table; :class:`~edge_sdk.errors.ManifestError` (naming ``where``) for an unknown kind or key,
+        or a bad value."""
         kind = _choice(_req(d, "kind", str, where), DECODERS, f"{where}.kind")
         allowed = DECODER_PARAMS[kind]
         _no_unknown(d, ("kind", "output", "softmax", "top_k", *allowed), where)
@@ -376,6 +389,7 @@ class DecoderSpec:
         return spec
 
     def to_dict(self) -> dict[str, Any]:
+        """The manifest form."""
         d: dict[str, Any] = {"kind": self.kind, "output": self.output, "softmax": self.softmax, "top_k": self.top_k}
         d.update({k: _thaw(v) for k, v in self.params})
         return d
@@ -440,6 +454,8 @@ class Quality:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str) -> "Quality":
+        """Parse a variant's ``quality`` table; :class:`~edge_sdk.errors.ManifestError` (naming ``where``) for an unknown key or a wrong
+        type."""
         _no_unknown(d, ("reference", "metric", "dataset", "samples", *cls._NUMS), where)
         nums = {k: (None if (v := _opt(d, k, (int, float), where)) is None else float(v)) for k in cls._NUMS}
         return cls(
@@ -451,6 +467,7 @@ class Quality:
         )
 
     def to_dict(self) -> dict[str, Any]:
+        """The manifest form (figures that are set)."""
         return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
@@ -471,6 +488,8 @@ class Gate:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str) -> "Gate":
+        """Parse a variant's ``gate`` table; :class:`~edge_sdk.errors.ManifestError` (naming ``where``) for an unknown key, a threshold
+        that is not a quality figure, or a wrong type."""
         _no_unknown(d, ("passed", "thresholds", "failures", "forced"), where)
         th = _opt(d, "thresholds", dict, where, {})
         for k, v in th.items():
@@ -488,6 +507,7 @@ class Gate:
         return g
 
     def to_dict(self) -> dict[str, Any]:
+        """The manifest form (empty parts left out)."""
         d: dict[str, Any] = {"passed": self.passed}
         if self.thresholds:
             d["thresholds"] = dict(self.thresholds)
@@ -513,6 +533,8 @@ class Benchmark:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str) -> "Benchmark":
+        """Parse a manifest ``benchmarks`` entry; :class:`~edge_sdk.errors.ManifestError` (naming ``where``) for an unknown key, a wrong
+        type or a latency <= 0."""
         _no_unknown(d, ("profile", "latency_ms", "threads", "batch", "reference_latency_ms", "machine"), where)
         lat = float(_req(d, "latency_ms", (int, float), where))
         ref = _opt(d, "reference_latency_ms", (int, float), where)
@@ -528,6 +550,7 @@ class Benchmark:
         )
 
     def to_dict(self) -> dict[str, Any]:
+        """The manifest form (fields that are set)."""
         return {k: v for k, v in self.__dict__.items() if v is not None and v != ""}
 
 
@@ -552,20 +575,25 @@ class Variant:
     quality: Quality | None = None
     gate: Gate | None = None
     benchmarks: tuple[Benchmark, ...] = ()
+    temperature: float | None = None  # classification: scores = softmax(logits / T) (see docs/package-format.md)
 
     @property
     def format(self) -> str:
+        """The file format the variant's backend reads (``onnx`` or ``tflite``)."""
         return BACKEND_FORMATS[self.backend]
 
     @property
     def total_size(self) -> int:
+        """Bytes of the model file plus its external data files."""
         return self.size + sum(f.size for f in self.external_data)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str) -> "Variant":
+        """Parse one ``variants`` entry; :class:`~edge_sdk.errors.ManifestError` (naming ``where`` and the id) for an unknown key or a
+        bad value."""
         _no_unknown(
             d,
-            ("id", "file", "backend", "precision", "sha256", "size", "reference", "external_data", "inputs", "outputs", "quality", "gate", "benchmarks"),
+            ("id", "file", "backend", "precision", "sha256", "size", "reference", "external_data", "inputs", "outputs", "quality", "gate", "benchmarks", "temperature"),
             where,
         )
         vid = _req(d, "id", str, where)
@@ -589,6 +617,9 @@ class Variant:
         size = _req(d, "size", int, where)
         if size <= 0:
             raise ManifestError(f"{where}.size: expected > 0 bytes, got {size}")
+        temperature = _opt(d, "temperature", (int, float), where)
+        if temperature is not None and not (math.isfinite(temperature) and temperature > 0):
+            raise ManifestError(f"{where}.temperature: expected a finite number > 0, got {temperature!r}")
         return cls(
             id=vid,
             file=_req(d, "file", str, where),
@@ -606,9 +637,11 @@ class Variant:
                 Benchmark.from_dict(_typed(b, dict, f"{where}.benchmarks[{i}]"), f"{where}.benchmarks[{i}]")
                 for i, b in enumerate(_opt(d, "benchmarks", list, where, []))
             ),
+            temperature=None if temperature is None else float(temperature),
         )
 
     def to_dict(self) -> dict[str, Any]:
+        """The manifest form."""
         d: dict[str, Any] = {
             "id": self.id,
             "file": self.file,
@@ -631,6 +664,8 @@ class Variant:
             d["gate"] = self.gate.to_dict()
         if self.benchmarks:
             d["benchmarks"] = [b.to_dict() for b in self.benchmarks]
+        if self.temperature is not None:
+            d["temperature"] = self.temperature
         return d
 
 
@@ -656,6 +691,8 @@ class Golden:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str) -> "Golden":
+        """Parse the manifest ``golden`` table; :class:`~edge_sdk.errors.ManifestError` (naming ``where``) for an unknown key, a bad
+        digest or a wrong type."""
         _no_unknown(d, ("inputs", "outputs", "inputs_sha256", "outputs_sha256", "atol", "rtol", "max_latency_ms", "timeout_s"), where)
         lat = _opt(d, "max_latency_ms", (int, float), where)
         g = cls(
@@ -676,6 +713,7 @@ class Golden:
         return g
 
     def to_dict(self) -> dict[str, Any]:
+        """The manifest form."""
         d: dict[str, Any] = {
             "inputs": self.inputs, "outputs": self.outputs, "inputs_sha256": self.inputs_sha256,
             "outputs_sha256": self.outputs_sha256, "atol": self.atol, "rtol": self.rtol, "timeout_s": self.timeout_s,
@@ -683,6 +721,31 @@ class Golden:
         if self.max_latency_ms is not None:
             d["max_latency_ms"] = self.max_latency_ms
         return d
+
+
+@dataclass(frozen=True)
+class ReferenceStatsRef:
+    """The manifest's ``[reference_stats]`` table: reference statistics of the inputs and outputs
+    (``reference_stats.json``, written by ``edge-convert``; see docs/quality.md), covered by
+    ``sha256`` and ``size`` like a model file."""
+
+    file: str
+    sha256: str
+    size: int
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: str) -> "ReferenceStatsRef":
+        """Parse the table; :class:`~edge_sdk.errors.ManifestError` (naming ``where``) for an unknown key, a bad digest or size."""
+        _no_unknown(d, ("file", "sha256", "size"), where)
+        r = cls(_req(d, "file", str, where), _hex64(_req(d, "sha256", str, where), f"{where}.sha256"), _req(d, "size", int, where))
+        _check_relpath(r.file, f"{where}.file")
+        if isinstance(r.size, bool) or r.size < 0:
+            raise ManifestError(f"{where}.size: expected a byte count >= 0, got {r.size!r}")
+        return r
+
+    def to_dict(self) -> dict[str, Any]:
+        """The manifest form."""
+        return {"file": self.file, "sha256": self.sha256, "size": self.size}
 
 
 @dataclass(frozen=True)
@@ -701,21 +764,26 @@ class Manifest:
     description: str = ""
     schema: int = SCHEMA_VERSION
     golden: Golden | None = None
+    reference_stats: ReferenceStatsRef | None = None
 
     def variant(self, vid: str) -> Variant:
+        """The variant with id ``vid``; ``KeyError`` if there is none."""
         for v in self.variants:
             if v.id == vid:
                 return v
         raise KeyError(vid)
 
     def inputs_for(self, v: Variant) -> tuple[TensorSpec, ...]:
+        """Variant ``v``'s inputs: its own if it declares them (e.g. NHWC for TFLite), else the manifest's."""
         return v.inputs if v.inputs is not None else self.inputs
 
     def outputs_for(self, v: Variant) -> tuple[TensorSpec, ...]:
+        """Variant ``v``'s outputs: its own if it declares them, else the manifest's."""
         return v.outputs if v.outputs is not None else self.outputs
 
     @property
     def reference_variant(self) -> Variant:
+        """The variant marked ``reference`` (the others are measured against it), else the first."""
         for v in self.variants:
             if v.reference:
                 return v
@@ -723,8 +791,13 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], source: str = MANIFEST_NAME) -> "Manifest":
+        """Parse and check a whole manifest (as read from ``edge-model.toml``); :class:`~edge_sdk.errors.ManifestError` naming ``source``
+        and the field for anything wrong."""
         w = source
-        top = ("schema", "name", "version", "task", "description", "inputs", "outputs", "decoder", "labels", "state", "variants", "golden")
+        top = (
+            "schema", "name", "version", "task", "description", "inputs", "outputs", "decoder", "labels", "state", "variants", "golden",
+            "reference_stats",
+        )  # fmt: skip
         _no_unknown(d, top, w)
         schema = _req(d, "schema", int, w)
         if schema != SCHEMA_VERSION:
@@ -766,6 +839,11 @@ class Manifest:
             state=tuple(state),
             schema=schema,
             golden=Golden.from_dict(_typed(d["golden"], dict, f"{w}.golden"), f"{w}.golden") if "golden" in d else None,
+            reference_stats=(
+                ReferenceStatsRef.from_dict(_typed(d["reference_stats"], dict, f"{w}.reference_stats"), f"{w}.reference_stats")
+                if "reference_stats" in d
+                else None
+            ),
         )
         m._check_cross(w)
         return m
@@ -778,6 +856,9 @@ class Manifest:
             raise ManifestError(f"{w}.variants: duplicate id(s) {dup}")
         if sum(v.reference for v in self.variants) > 1:
             raise ManifestError(f"{w}.variants: at most one variant may be the reference")
+        for v in self.variants:
+            if v.temperature is not None and self.decoder.kind != "classification":
+                raise ManifestError(f"{w}.variants[{v.id}].temperature: applies only with a classification decoder, not {self.decoder.kind!r}")
         for v in self.variants:
             vin, vout = self.inputs_for(v), self.outputs_for(v)
             for kind, specs in (("inputs", vin), ("outputs", vout)):
@@ -832,6 +913,7 @@ class Manifest:
                         )
 
     def to_dict(self) -> dict[str, Any]:
+        """The manifest form (what ``edge-model.toml`` holds)."""
         d: dict[str, Any] = {
             "schema": self.schema,
             "name": self.name,
@@ -853,9 +935,12 @@ class Manifest:
         d["variants"] = [v.to_dict() for v in self.variants]
         if self.golden is not None:
             d["golden"] = self.golden.to_dict()
+        if self.reference_stats is not None:
+            d["reference_stats"] = self.reference_stats.to_dict()
         return d
 
     def to_toml(self) -> str:
+        """The manifest as TOML text."""
         return _toml.dumps(self.to_dict())
 
 
@@ -1128,6 +1213,24 @@ class ModelPackage:
             self.read_verified(v)  # hashes and scans the same bytes; checks external data too
         for what, ref in self._golden_refs():
             self._verify_ref(what, ref)
+        rs = self.manifest.reference_stats
+        if rs is not None:
+            self._verify_ref("reference stats", FileRef(rs.file, rs.sha256, rs.size))
+
+    def read_reference_stats(self) -> bytes | None:
+        """The bytes of the ``[reference_stats]`` file, checked against its size and sha256 as read
+        (IntegrityError if they differ), or None when the manifest has none."""
+        rs = self.manifest.reference_stats
+        if rs is None:
+            return None
+        path = _contained(self.root, rs.file, "reference stats")
+        if not path.is_file():
+            raise IntegrityError(f"reference stats: file {rs.file!r} is missing from the package")
+        data = path.read_bytes()
+        got = hashlib.sha256(data).hexdigest()
+        if len(data) != rs.size or got != rs.sha256:
+            raise IntegrityError(f"reference stats: {rs.file} is {len(data)} bytes with sha256 {got}, manifest says {rs.size} bytes, {rs.sha256}")
+        return data
 
     def _check_model_bytes(self, v: Variant, data: bytes) -> None:
         if (v.id, v.sha256) in self._format_checked:
@@ -1180,6 +1283,8 @@ class ModelPackage:
         return VerifiedModel(variant=v, data=data, path=path, sha256=got)
 
     def path_of(self, rel: str) -> Path:
+        """The real path of ``rel`` inside the package; :class:`~edge_sdk.errors.UnsafePackageError` if it resolves outside (``..``,
+        absolute, a symlink out)."""
         return _contained(self.root, rel, "file")
 
 

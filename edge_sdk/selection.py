@@ -68,6 +68,7 @@ class Selection:
 
     @property
     def variant_id(self) -> str:
+        """The chosen variant's id."""
         return self.chosen.variant_id
 
     @property
@@ -96,6 +97,8 @@ class Selection:
         return replace(self, chosen=chosen, candidates=tuple(cands), measured=True)
 
     def explain(self) -> str:
+        """A readable account: the profile, each variant marked chosen (``*``), accepted (``+``) or refused (``-``) with its reasons,
+        and the choice."""
         lines = [f"profile {self.profile}" + (f", memory budget {self.memory_budget_mb:.0f} MiB" if self.memory_budget_mb else "")]
         for c in sorted(self.candidates, key=lambda c: (not c.accepted, c.rank, c.variant_id)):
             mark = "*" if c.variant_id == self.chosen.variant_id else ("+" if c.accepted else "-")
@@ -104,6 +107,7 @@ class Selection:
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, object]:
+        """A JSON-able dict: profile, chosen id, forced, measured, memory budget, and every candidate with its reasons."""
         return {
             "profile": self.profile,
             "chosen": self.chosen.variant_id,

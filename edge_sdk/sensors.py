@@ -19,6 +19,8 @@ from edge_sdk.budget.sensors import read_ina3221, read_thermal_zones
 
 @dataclass(frozen=True)
 class SensorReading:
+    """One sensor found on the device: its kind (thermal, hwmon, battery, ina3221, rapl), name, sysfs path, and value with unit (None if
+    unreadable)."""
     kind: str  # thermal | hwmon | battery | ina3221 | rapl
     name: str
     path: str

@@ -194,6 +194,7 @@ class Provenance:
     sdk_version: str = _SDK_VERSION
 
     def to_dict(self) -> dict[str, str]:
+        """Every field, by name (strings)."""
         return {
             "model": self.model,
             "version": self.version,
@@ -251,14 +252,17 @@ class HistogramSnapshot:
 
     @property
     def count(self) -> int:
+        """Number of records."""
         return sum(self.counts)
 
     @property
     def sum_s(self) -> float:
+        """Sum of the records in seconds."""
         return self.sum_ns / 1e9
 
     @property
     def mean_s(self) -> float | None:
+        """Mean in seconds, or None without records."""
         n = self.count
         return self.sum_ns / 1e9 / n if n else None
 
@@ -285,6 +289,7 @@ class HistogramSnapshot:
         return out
 
     def percentile(self, q: float) -> float | None:
+        """The ``q``-th percentile (0..100) in seconds, or None without records; see :meth:`percentiles`."""
         return self.percentiles((q,))[q]
 
     def cumulative(self, edge_indexes: Sequence[int] = EXPORT_EDGES) -> list[tuple[float, int]]:
@@ -336,6 +341,7 @@ class Histogram(_Reader):
         self._lock = threading.Lock()
 
     def record_ns(self, ns: int | float) -> None:
+        """Record one duration in nanoseconds."""
         c = self._c
         i = bisect_left(_EDGES_INT if isinstance(ns, int) else EDGES_NS, ns)
         with self._lock:
@@ -343,9 +349,11 @@ class Histogram(_Reader):
             c[_SUM] += ns
 
     def record_s(self, seconds: float) -> None:
+        """Record one duration in seconds."""
         self.record_ns(seconds * 1e9)
 
     def snapshot(self) -> HistogramSnapshot:
+        """The bucket counts and sum now, as a :class:`HistogramSnapshot`."""
         with self._lock:
             c = list(self._c)
         return HistogramSnapshot(tuple(c[:N_BUCKETS]), c[_SUM])
@@ -445,6 +453,8 @@ class ModelTelemetry:
         self._errors: dict[str, int] = {}
         self._open = 0
         self._listeners: list[Callable[[ModelEvent], Any]] = []
+        self._cache_on = False  # a Model with a result cache (edge_sdk.result_cache) is open or was
+        self._cache_counts = [0, 0]  # result-cache hits, misses (under _lock)
 
     # -- the hot path (Model._finish) ------------------------------------------------------------
 
@@ -461,6 +471,37 @@ class ModelTelemetry:
         at(total_ns)
         if len(self._total) >= FOLD_AT:
             self._fold(block=False)
+
+    def record_cached(self, validate_ns: int, preprocess_ns: int, decode_ns: int, total_ns: int) -> None:
+        """Count one call answered from the result cache: like :meth:`record`, but the inference
+        stage is not recorded (the model did not run)."""
+        av, ap, _ai, ad, at, _ = self._append
+        av(validate_ns)
+        if preprocess_ns:
+            ap(preprocess_ns)
+        ad(decode_ns)
+        at(total_ns)
+        if len(self._total) >= FOLD_AT:
+            self._fold(block=False)
+
+    def result_cache_enabled(self) -> None:
+        """Export the result-cache counters of this model (zero until the first lookup)."""
+        self._cache_on = True
+
+    def result_cache_lookup(self, hit: bool) -> None:
+        """Count one result-cache lookup (a hit or a miss)."""
+        with self._lock:
+            self._cache_counts[0 if hit else 1] += 1
+
+    @property
+    def result_cache(self) -> dict[str, Any] | None:
+        """``{"hits", "misses", "hit_rate"}`` over every instance of this model, None when
+        no instance was loaded with a result cache."""
+        if not self._cache_on:
+            return None
+        with self._lock:
+            hits, misses = self._cache_counts
+        return {"hits": hits, "misses": misses, "hit_rate": hits / (hits + misses) if hits + misses else None}
 
     def record_inference(self, ns: int) -> None:
         """Count one call that only ran the model (``edge-sdk serve``'s worker: validation and
@@ -541,10 +582,12 @@ class ModelTelemetry:
     # -- lifecycle (Model) -------------------------------------------------------------------------
 
     def opened(self) -> None:
+        """Count one instance of the model opened."""
         with self._lock:
             self._open += 1
 
     def closed(self) -> None:
+        """Count one instance of the model closed."""
         with self._lock:
             self._open = max(0, self._open - 1)
 
@@ -552,10 +595,12 @@ class ModelTelemetry:
 
     @property
     def open_instances(self) -> int:
+        """Instances of the model open now."""
         return self._open
 
     @property
     def errors(self) -> dict[str, int]:
+        """Failed calls by error type name."""
         with self._lock:
             return dict(self._errors)
 
@@ -567,6 +612,7 @@ class ModelTelemetry:
 
     @property
     def requests(self) -> int:
+        """Model calls that returned or failed."""
         return self._read()[1]
 
     def snapshot(self, qs: Sequence[float] = DEFAULT_PERCENTILES) -> dict[str, Any]:
@@ -579,9 +625,12 @@ class ModelTelemetry:
             "requests": requests,
             "errors": errors,
             "stages": {s: snap.to_dict(qs) for s, snap in zip(self.stages, snaps) if snap.count},
+            **({"result_cache": rc} if (rc := self.result_cache) is not None else {}),
         }
 
     def samples(self) -> list[Sample]:
+        """The model's metrics as Prometheus samples: info (provenance), open instances, requests, errors and per-stage latency
+        histograms."""
         lab = dict(self.labels)
         snaps, requests, errors, n_open = self._read()
         out = [
@@ -593,6 +642,12 @@ class ModelTelemetry:
             Sample("edge_sdk_model_errors_total", n, "model calls that failed, by exception type", "counter", {**lab, "type": t})
             for t, n in sorted(errors.items())
         ]
+        rc = self.result_cache
+        if rc is not None:
+            out += [
+                Sample("edge_sdk_model_result_cache_hits_total", rc["hits"], "calls answered from the result cache", "counter", lab),
+                Sample("edge_sdk_model_result_cache_misses_total", rc["misses"], "result-cache lookups that ran the model", "counter", lab),
+            ]
         for stage, snap in zip(self.stages, snaps):
             if snap.count:  # a stage's series appear with its first observation (a tensor-input model never preprocesses)
                 out += _histogram_samples(snap, "edge_sdk_model_latency_seconds", "model call latency by stage", {**lab, "stage": stage})
@@ -689,6 +744,7 @@ class Registry:
         self._errors = 0
 
     def add(self, collector: Callable[[], Iterable[Sample]]) -> Callable[[], Iterable[Sample]]:
+        """Add ``collector`` (a callable returning Samples, called at each scrape); returns it. ``TypeError`` if it is not callable."""
         if not callable(collector):
             raise TypeError(f"collector: expected a callable returning Samples, got {type(collector).__name__}")
         with self._lock:
@@ -696,6 +752,7 @@ class Registry:
         return collector
 
     def remove(self, collector: Callable[[], Iterable[Sample]]) -> None:
+        """Remove a collector added with :meth:`add`; ``ValueError`` if it is not there."""
         with self._lock:
             self._collectors.remove(collector)
 
@@ -717,6 +774,7 @@ class Registry:
         return tracked
 
     def collect(self) -> list[Sample]:
+        """Every collector's samples, plus the count of collectors that raised (those are logged and skipped)."""
         with self._lock:
             self._collectors = [c for c in self._collectors if not (isinstance(c, _Tracked) and not c.alive)]
             collectors = list(self._collectors)
@@ -731,6 +789,7 @@ class Registry:
         return out
 
     def render(self) -> str:
+        """The collected samples in the Prometheus text format."""
         return render(self.collect())
 
     def snapshot(self) -> list[dict[str, Any]]:
@@ -753,6 +812,18 @@ def _collector_for(obj: Any, name: str | None) -> tuple[str, str, Callable[[Any]
     if isinstance(obj, (Model, ModelTelemetry)):
         p = obj.provenance
         return "model", f"{p.model} {p.version} {p.variant} {p.sha256} {p.backend} {p.profile}", lambda m: model_samples([m])
+    from .quality.monitor import QualityMonitor, quality_samples
+
+    if isinstance(obj, QualityMonitor):  # label model=name or the monitor's name
+        if name is not None:
+            obj.name = name
+        return "quality", obj.name or "model", quality_samples
+    from .quality.shadow import ShadowChecker, shadow_samples
+
+    if isinstance(obj, ShadowChecker):  # label model=name or the checker's name
+        if name is not None:
+            obj.name = name
+        return "shadow", obj.name, shadow_samples
     raise TypeError(f"track: expected a VisionPipeline, Governor, Router or Model, got {type(obj).__name__}")
 
 
@@ -812,20 +883,24 @@ class MetricsServer:
 
     @property
     def port(self) -> int:
+        """The port it listens on (useful with ``port=0``)."""
         return int(self._httpd.server_address[1])
 
     @property
     def url(self) -> str:
+        """The ``http://host:port/metrics`` address."""
         host = self._httpd.server_address[0]
         return f"http://{host}:{self.port}/metrics"
 
     def start(self) -> "MetricsServer":
+        """Serve on a background thread (a no-op if already serving); returns self."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="edge-sdk-metrics", daemon=True)
             self._thread.start()
         return self
 
     def close(self) -> None:
+        """Stop serving and close the socket."""
         if self._thread is not None:
             self._httpd.shutdown()
             self._thread.join(5)
@@ -945,6 +1020,13 @@ def router_samples(router: Any, name: str = "router") -> Callable[[], list[Sampl
 # events
 
 
+def _is_quality_monitor(obj: Any) -> bool:
+    from .quality.monitor import QualityMonitor
+    from .quality.shadow import ShadowChecker
+
+    return isinstance(obj, (QualityMonitor, ShadowChecker))  # both report QualityEvents
+
+
 def _utc(unix_s: float) -> str:
     from datetime import datetime, timezone
 
@@ -1040,6 +1122,9 @@ class EventLog:
             if tm is None:
                 raise ValueError("watch: this model was loaded with telemetry=False, so it reports no events")
             detach = tm.subscribe(self._model_event)
+        elif _is_quality_monitor(obj):  # drift / low_confidence / schema alarms entered and left
+            label = name or obj.name or "model"
+            detach = obj.subscribe(lambda ev: self._quality_event(ev, label))
         else:
             raise TypeError(f"watch: expected a Governor, Router, VisionPipeline or Model, got {type(obj).__name__}")
         self._detach.append(detach)
@@ -1073,6 +1158,12 @@ class EventLog:
         self.emit(
             "pipeline", "drop", pipeline=name, reason=d.reason, frame=d.index, detail=d.detail,
             provenance=getattr(pipeline.model, "provenance", None),
+        )  # fmt: skip
+
+    def _quality_event(self, ev: Any, name: str) -> None:
+        self.emit(
+            "quality", ev.kind, model=name, indicator=ev.indicator, value=ev.value, detail=ev.detail, sampled=ev.sampled,
+            requests=ev.requests,
         )  # fmt: skip
 
     def _model_event(self, ev: ModelEvent) -> None:

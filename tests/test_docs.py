@@ -57,3 +57,10 @@ def test_readme_tour_runs_as_shown(tmp_path) -> None:
     assert [ln[1] for ln in lines] == [s.stem.rsplit("_", 1)[0] for s in demo_samples()]
     assert f"frames_in={n} processed={n} dropped={{}} in_flight=0 (stopped)" in out
     assert re.search(r"^p99 [\d.]+ ms$", out, re.M)
+
+
+def test_readme_links_every_doc() -> None:
+    readme = (ROOT / "README.md").read_text()
+    docs = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))
+    assert docs and [d for d in docs if f"`{d}`" not in readme] == []
+    assert "`samples/README.md`" in readme and "`docs/benchmarks/README.md`" in readme

@@ -21,6 +21,12 @@ C. fp32 vs int8 (ONNX Runtime): latency at batch 1 and 16, and agreement of the
 D. LiteRT vs ONNX Runtime, fp32, on the demo model.
 E. Cold start: ``edge_sdk.load`` of the MobileNetV2 package with an empty cache
    vs with the optimised-model cache warm.
+F. Quality monitoring (``edge_sdk.quality.QualityMonitor``) on a MobileNetV2-class
+   classifier with image preprocessing declared (so the monitor computes its image
+   summaries: brightness, contrast, sharpness, channel means, and the top-1
+   confidence over 1000 classes): raw ORT run, ``predict`` without a monitor, with a
+   monitor sampling every 10th request, and one sampling every request, side by
+   side, interleaved. ``--only-monitoring`` runs this section alone (about 1 minute).
 
 How it measures: every comparison interleaves its arms in rounds (each round
 runs N calls of every arm; the order rotates from round to round), times each
@@ -34,6 +40,7 @@ Usage::
     python tools/bench_overhead.py                  # full run, about 1 minute on 2 idle cores (under 3 when busy)
     python tools/bench_overhead.py --quick          # smoke run, about 10-30 s
     python tools/bench_overhead.py --json out.json --threads 1,2 [--spinning on]
+    python tools/bench_overhead.py --only-monitoring  # section F alone
 """
 
 from __future__ import annotations
@@ -84,6 +91,7 @@ class Plan:
     demo_images: int
     mnv2_images: int
     cold_samples: int
+    monitor: tuple[int, int] = (60, 4)
 
 
 FULL = Plan(
@@ -109,6 +117,7 @@ QUICK = Plan(
     demo_images=500,
     mnv2_images=32,
     cold_samples=2,
+    monitor=(4, 2),
 )
 
 
@@ -687,6 +696,139 @@ def section_cold_start(b: Bench, pkgs: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def section_monitoring(b: Bench) -> list[dict[str, Any]]:
+    """F: predict with a QualityMonitor attached (every 10th / every request sampled) vs without, vs raw."""
+    from converters.packaging import write_package
+    from edge_sdk.quality import QualityMonitor, reference_from_model
+    from tools.mobilenetv2 import build_mobilenetv2
+    from tools.train_demo import make_split
+
+    data = build_mobilenetv2(1.0, 224, batch=1).SerializeToString()
+    pkg = b.work / "packages" / "mnv2-img"
+    write_package(
+        pkg,
+        {
+            "name": "mobilenetv2-random-img", "version": "1", "task": "classification", "labels": [f"class_{i}" for i in range(1000)],
+            "decoder": {"kind": "classification", "output": "logits", "softmax": True, "top_k": 5},
+            "inputs": [{"name": "input", "dtype": "float32", "shape": [1, 3, 224, 224], "layout": "NCHW",
+                        "preprocess": {"kind": "image", "size_hw": [224, 224], "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}}],
+            "outputs": [{"name": "logits", "dtype": "float32", "shape": [1, 1000]}],
+            "variants": [{"id": "fp32-onnx", "file": "model.onnx", "backend": "onnxruntime", "precision": "fp32"}],
+        },
+        files={"model.onnx": data},
+    )  # fmt: skip
+    imgs, _ = make_split(AGREEMENT_SEED, 65)
+    rows = []
+    rounds, per = b.plan.monitor
+    for th in b.threads:
+        models = {k: b.load(pkg, th, tag=f"F-{k}") for k in ("off", "every10", "every1")}
+        b.note_settings(models["off"])
+        xs = [models["off"].prepare_image(im).feeds["input"] for im in imgs]
+        ref = reference_from_model(models["off"], xs[:64], source="make_split(123, 64) at 224x224")
+        monitors = {
+            "every10": QualityMonitor.for_model(models["every10"], ref, sample_every=10),
+            "every1": QualityMonitor.for_model(models["every1"], ref, sample_every=1),
+        }
+        x = xs[64]
+        raw = raw_ort_session(data, b.session_options(models["off"]))
+        feeds = {"input": x}
+        t = interleave(
+            [
+                Arm("raw", functools.partial(raw.run, None, feeds)),
+                Arm("predict", functools.partial(models["off"].predict, x)),
+                Arm("monitor_every10", functools.partial(models["every10"].predict, x)),
+                Arm("monitor_every1", functools.partial(models["every1"].predict, x)),
+            ],
+            rounds,
+            per,
+        )
+        st = {k: stats_us(v) for k, v in t.items()}
+        r0, p0 = st["raw"]["median_us"], st["predict"]["median_us"]
+        # the monitor's own costs, timed in isolation (robust to a busy machine): a sampled observe,
+        # an unsampled one (a counter increment), and one evaluation of the window
+        res = models["off"].predict(x)
+        probe = QualityMonitor(ref, sample_every=1)
+        probe.bind(models["off"])
+        unsampled = QualityMonitor(ref, sample_every=1 << 40)
+        unsampled.bind(models["off"])
+        pc = time.perf_counter_ns
+        cost: dict[str, list[int]] = {"sampled": [], "unsampled": [], "evaluate": []}
+        for _i in range(64 * 5):
+            t0 = pc()
+            probe.observe(feeds, res.outputs, res.decoded)  # every 64th also evaluates: kept apart below
+            cost["sampled"].append(pc() - t0)
+        for _ in range(2000):
+            t0 = pc()
+            unsampled.observe(feeds, res.outputs, res.decoded)
+            cost["unsampled"].append(pc() - t0)
+        for _ in range(20):
+            t0 = pc()
+            probe.evaluate()
+            cost["evaluate"].append(pc() - t0)
+        obs_us = float(np.median(cost["sampled"])) / 1e3
+        un_us = float(np.median(cost["unsampled"])) / 1e3
+        ev_us = float(np.median(cost["evaluate"])) / 1e3
+        derived = {n: 100.0 * (obs_us / n + ev_us / (64 * n) + un_us * (1 - 1 / n)) / p0 for n in (1, 10)}
+        rows.append(
+            {
+                "threads": th,
+                **st,
+                "predict_over_raw_pct": 100.0 * (p0 - r0) / r0,
+                "every10_over_raw_pct": 100.0 * (st["monitor_every10"]["median_us"] - r0) / r0,
+                "every1_over_raw_pct": 100.0 * (st["monitor_every1"]["median_us"] - r0) / r0,
+                "every10_over_predict_pct": 100.0 * (st["monitor_every10"]["median_us"] - p0) / p0,
+                "every1_over_predict_pct": 100.0 * (st["monitor_every1"]["median_us"] - p0) / p0,
+                "paired_every10_us": paired_added_us(t["predict"], t["monitor_every10"], rounds),
+                "paired_every1_us": paired_added_us(t["predict"], t["monitor_every1"], rounds),
+                "observe_sampled_median_us": obs_us,
+                "observe_unsampled_median_us": un_us,
+                "evaluate_median_us": ev_us,
+                "derived_every10_pct": derived[10],
+                "derived_every1_pct": derived[1],
+                "sampled": {k: m.sampled for k, m in monitors.items()},
+                "evaluations": {k: m.status()["evaluations"] for k, m in monitors.items()},
+            }
+        )
+        del raw
+        for m in models.values():
+            m.close()
+    return rows
+
+
+def render_monitoring(L: list[str], rows: list[dict[str, Any]], b: Bench) -> None:
+    L.append("\n## F. Quality monitoring on MobileNetV2 1.0/224 (classification, image preprocessing declared)\n")
+    L.append(
+        b.settings_line() + " Four arms interleaved, the same model-ready input: a raw ORT run, `predict` without a monitor, "
+        "`predict` with a `QualityMonitor` sampling every 10th request (the default advice) and every request (the worst case; "
+        "window 256, evaluation every 64 sampled rows, PSI + KS on 7 summaries and the class distribution).\n"
+    )
+    _table(
+        L,
+        ["threads", "raw median us", "predict median us", "+monitor 1/10 median us", "+monitor 1/1 median us", "predict vs raw %",
+         "1/10 vs raw %", "1/1 vs raw %", "1/10 vs predict %", "1/1 vs predict %", "paired 1/10 us", "paired 1/1 us"],
+        [
+            [x["threads"], _f(x["raw"]["median_us"]), _f(x["predict"]["median_us"]), _f(x["monitor_every10"]["median_us"]),
+             _f(x["monitor_every1"]["median_us"]), _f(x["predict_over_raw_pct"], 2), _f(x["every10_over_raw_pct"], 2),
+             _f(x["every1_over_raw_pct"], 2), _f(x["every10_over_predict_pct"], 2), _f(x["every1_over_predict_pct"], 2),
+             _f(x["paired_every10_us"]), _f(x["paired_every1_us"])]
+            for x in rows
+        ],
+    )  # fmt: skip
+    L.append("\nCalls per arm: " + "; ".join(f"threads {x['threads']}: {x['raw']['n']:,}" for x in rows) + ". Paired = median over rounds "
+             "of (round median with monitor - round median without).\n")  # fmt: skip
+    L.append("The monitor's own costs timed in isolation (medians; robust to a busy machine) and the overhead they imply on "
+             "`predict` = (sampled / N + evaluation / (64 N) + unsampled) / predict median:\n")
+    _table(
+        L,
+        ["threads", "observe, sampled us", "observe, not sampled us", "evaluation us", "implied 1/10 %", "implied 1/1 %"],
+        [
+            [x["threads"], _f(x["observe_sampled_median_us"]), _f(x["observe_unsampled_median_us"], 2), _f(x["evaluate_median_us"]),
+             _f(x["derived_every10_pct"], 2), _f(x["derived_every1_pct"], 2)]
+            for x in rows
+        ],
+    )  # fmt: skip
+
+
 # ----------------------------------------------------------------------------- report
 
 
@@ -839,6 +981,8 @@ def render(r: dict[str, Any], b: Bench) -> str:
         ],
         "rlrrrrrl",
     )  # fmt: skip
+    if r.get("monitoring"):
+        render_monitoring(L, r["monitoring"], b)
     return "\n".join(L) + "\n"
 
 
@@ -890,6 +1034,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=_threads, default=(1, 2), help="comma-separated thread counts (default 1,2)")
     ap.add_argument("--spinning", choices=("profile", "on", "off"), default="profile", help="ORT spin-wait (default: the profile's)")
     ap.add_argument("--profile", default=None, help="device profile name or .toml (default: $EDGE_SDK_PROFILE or detected)")
+    ap.add_argument("--only-monitoring", action="store_true", help="run section F (quality monitoring overhead) alone")
     ap.add_argument("--keep", type=Path, metavar="DIR", help="write packages and caches here and keep them (default: a temp dir, removed)")
     args = ap.parse_args(argv)
 
@@ -912,13 +1057,15 @@ def main(argv: list[str] | None = None) -> int:
         demo = edge_sdk.demo_package_path()
         dm = edge_sdk.ModelPackage.open(demo, cache_dir=work / "cache").manifest
         demo_id = f"{dm.name} {dm.version} (fp32-onnx sha256 {dm.reference_variant.sha256[:12]})"
-        pkgs = write_packages(b)
         res: dict[str, Any] = {}
-        res["overhead"] = section_overhead(b, pkgs)
-        res["predict_image"] = section_predict_image(b, demo)
-        res["precision"] = section_precision(b, demo, pkgs)
-        res["litert_vs_ort"] = section_litert(b, demo)
-        res["cold_start"] = section_cold_start(b, pkgs)
+        if not args.only_monitoring:
+            pkgs = write_packages(b)
+            res["overhead"] = section_overhead(b, pkgs)
+            res["predict_image"] = section_predict_image(b, demo)
+            res["precision"] = section_precision(b, demo, pkgs)
+            res["litert_vs_ort"] = section_litert(b, demo)
+            res["cold_start"] = section_cold_start(b, pkgs)
+        res["monitoring"] = section_monitoring(b)
         res["settings"] = [b.settings[k] for k in sorted(b.settings)]
         res["meta"] = {
             "quick": bool(args.quick),
@@ -935,7 +1082,15 @@ def main(argv: list[str] | None = None) -> int:
             "git": _git_state(),
             "demo_package": demo_id,
         }
-        sys.stdout.write(render(res, b))
+        if args.only_monitoring:
+            L: list[str] = [f"# edge_sdk quality monitoring overhead ({'quick' if args.quick else 'full'})\n"]
+            m = res["meta"]
+            L.append(f"{m['machine']} | {m['cpus']} CPUs | Python {m['python']} | onnxruntime {m['onnxruntime']} | numpy {m['numpy']} | "
+                     f"load average before {m['loadavg_before']}, after {m['loadavg_after']} | {m['duration_s']:.0f} s | git {m['git']}")  # fmt: skip
+            render_monitoring(L, res["monitoring"], b)
+            sys.stdout.write("\n".join(L) + "\n")
+        else:
+            sys.stdout.write(render(res, b))
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps(_clean(res), indent=1) + "\n")

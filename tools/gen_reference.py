@@ -33,6 +33,7 @@ OPTION_CLASSES = [
     ("edge_sdk.bench.options", "BenchOptions"),
     ("edge_sdk.store.store", "StoreConfig"),
     ("edge_sdk.package", "Golden"),
+    ("edge_sdk.quality.monitor", "MonitorThresholds"),
     ("converters.pipeline", "ConvertOptions"),
     ("converters.quantize", "Int8Options"),
     ("converters.quantize", "Int4Options"),
@@ -47,7 +48,7 @@ OTHER_ERRORS = [
     ("edge_sdk.remote.protocol", "ProtocolError"), ("edge_sdk.remote.router", "RouterError"), ("edge_sdk.remote.router", "RouterTimeoutError"),
     ("edge_sdk.backends.sandbox", "SandboxError"), ("edge_sdk.backends.sandbox", "SandboxCrashError"),
     ("edge_sdk.backends.sandbox", "SandboxMemoryError"), ("edge_sdk.backends.sandbox", "SandboxTimeoutError"),
-    ("edge_sdk.backends.sandbox", "SandboxLoadError"),
+    ("edge_sdk.backends.sandbox", "SandboxLoadError"), ("edge_sdk.quality.reference", "ReferenceStatsError"),
 ]  # fmt: skip
 
 

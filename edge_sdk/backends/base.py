@@ -57,6 +57,8 @@ class SessionOptions:
     ``delegates``: wanted in order; what is missing falls back, and the session
     reports what it used. ``cache_dir``: where optimised models are kept.
     ``raw_io``: pass and get quantized tensors as stored (no scale/zero point).
+    ``deterministic``: ask the runtime for repeatable results; each backend maps it to its
+    own settings (see docs/reproducibility.md) and lists them in ``SessionInfo.determinism``.
     """
 
     threads: int = 1
@@ -66,6 +68,7 @@ class SessionOptions:
     delegates: tuple[str, ...] = ()
     cache_dir: Path | None = None
     raw_io: bool = False
+    deterministic: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.threads, int) or isinstance(self.threads, bool) or self.threads < 1:
@@ -88,10 +91,14 @@ class SessionInfo:
     notes: tuple[str, ...] = ()
     optimized_cache: str | None = None
     create_ms: float = 0.0
+    #: the runtime settings deterministic mode made (empty when it is off)
+    determinism: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class BackendStatus:
+    """Whether a backend can run here: its runtime package and version, or (``available`` false) why not in ``detail``;
+    ``providers``: the execution providers the runtime offers."""
     name: str
     available: bool
     runtime: str = ""
@@ -123,6 +130,7 @@ class Session(ABC):
 
     @property
     def closed(self) -> bool:
+        """True after :meth:`close`."""
         return self._closed
 
     def _check_open(self) -> None:
@@ -135,6 +143,8 @@ class Session(ABC):
         in the model's output order."""
 
     def close(self) -> None:
+        """Release the runtime session; idempotent and thread-safe. Later calls raise
+        :class:`~edge_sdk.errors.SessionClosedError`."""
         with self._close_lock:
             if self._closed:
                 return
@@ -166,6 +176,7 @@ def backend_status(name: str) -> BackendStatus:
 
 
 def all_backend_status() -> dict[str, BackendStatus]:
+    """The :class:`BackendStatus` of every known backend, by name."""
     return {n: backend_status(n) for n in BACKENDS}
 
 

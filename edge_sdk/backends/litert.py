@@ -63,6 +63,7 @@ def _version(package: str, dist: str) -> str:
 
 
 def status() -> BackendStatus:
+    """Whether a LiteRT runtime (``ai-edge-litert`` or ``tflite-runtime``) is importable, and which."""
     try:
         _, runtime, version = _litert()
     except BackendUnavailableError as e:
@@ -120,6 +121,12 @@ class LiteRTSession(Session):
         self.outputs = tuple(_tinfo(d, self._raw) for d in self._out)
         self._in_q = {d["name"]: (None if self._raw else _quant(d)) for d in self._in}
         self._out_q = [(d["index"], d["name"], None if self._raw else _quant(d), np.dtype(d["dtype"])) for d in self._out]
+        determinism: tuple[str, ...] = ()
+        if options.deterministic:
+            # The default op resolver (XNNPACK for float ops) is kept on purpose: measured
+            # batch-invariant, unlike the builtin optimised kernels without it (docs/reproducibility.md).
+            determinism = (f"num_threads={options.threads}", "op resolver: builtin + XNNPACK default delegate")
+            notes += [f"deterministic: delegate {d} is not covered (its own kernels decide)" for d in used]
         self.info = SessionInfo(
             backend=NAME,
             runtime=runtime,
@@ -128,6 +135,7 @@ class LiteRTSession(Session):
             delegates_used=tuple(used) or ("cpu (xnnpack)",),
             notes=tuple(notes),
             create_ms=(time.perf_counter() - t0) * 1e3,
+            determinism=determinism,
         )
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -173,4 +181,5 @@ def _quantize(x: np.ndarray, q: tuple[float, int], dtype: np.dtype) -> np.ndarra
 
 
 def open_session(model: ModelSource, options: SessionOptions) -> Session:
+    """Open a LiteRT interpreter session on ``model`` with ``options``."""
     return LiteRTSession(model, options)

@@ -52,6 +52,7 @@ def _ort() -> Any:
 
 
 def status() -> BackendStatus:
+    """Whether ONNX Runtime is importable, its version and its available execution providers."""
     try:
         ort = _ort()
     except BackendUnavailableError as e:
@@ -78,12 +79,41 @@ def choose_providers(wanted: tuple[str, ...], available: tuple[str, ...]) -> tup
 _LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
 
 
+# Deterministic mode, per execution provider: what makes repeated runs and fresh loads agree.
+# CUDA: the default search (EXHAUSTIVE) times every cuDNN conv algorithm at the first run and keeps
+# the fastest, so two loads can pick different algorithms (different bits); DEFAULT always uses
+# IMPLICIT_PRECOMP_GEMM. (use_deterministic_compute, a session option, covers the CUDA kernels
+# that have a deterministic variant, e.g. reductions without atomics.)
+DETERMINISTIC_PROVIDER_OPTIONS: dict[str, dict[str, str]] = {
+    "CUDAExecutionProvider": {"cudnn_conv_algo_search": "DEFAULT"},
+}
+
+
 def _provider_options(p: str, options: SessionOptions) -> dict[str, str]:
+    """The provider options this SDK sets for execution provider ``p`` (empty: the EP's defaults)."""
+    out: dict[str, str] = {}
     if p == "TensorrtExecutionProvider" and options.cache_dir is not None:
         path = options.cache_dir / "tensorrt"
         path.mkdir(parents=True, exist_ok=True)
-        return {"trt_engine_cache_enable": "True", "trt_engine_cache_path": str(path)}
-    return {}
+        out.update({"trt_engine_cache_enable": "True", "trt_engine_cache_path": str(path)})
+    if options.deterministic:
+        out.update(DETERMINISTIC_PROVIDER_OPTIONS.get(p, {}))
+    return out
+
+
+def determinism_settings(options: SessionOptions, providers: tuple[str, ...], level: str) -> tuple[str, ...]:
+    """What deterministic mode sets on an ONNX Runtime session with ``providers`` (empty when off)."""
+    if not options.deterministic:
+        return ()
+    out = [
+        f"intra_op_num_threads={options.threads}",
+        "inter_op_num_threads=1, ORT_SEQUENTIAL",
+        "use_deterministic_compute=True",
+        f"graph_optimization_level={level} (fixed)",
+    ]
+    for p in providers:
+        out += [f"{p} {k}={v}" for k, v in DETERMINISTIC_PROVIDER_OPTIONS.get(p, {}).items()]
+    return tuple(out)
 
 
 class OrtSession(Session):
@@ -101,6 +131,10 @@ class OrtSession(Session):
         so.add_session_config_entry("session.intra_op.allow_spinning", spin)
         so.add_session_config_entry("session.inter_op.allow_spinning", spin)
         so.log_severity_level = 3
+        if options.deterministic:
+            so.use_deterministic_compute = True
+            if "TensorrtExecutionProvider" in providers:
+                notes.append("deterministic: TensorRT picks kernels by timing when it builds an engine; results repeat once its engine cache holds the engine")
 
         level = options.graph_optimization
         cache_file: Path | None = None
@@ -178,6 +212,7 @@ class OrtSession(Session):
             notes=tuple(notes),
             optimized_cache=cached_state,
             create_ms=(time.perf_counter() - t0) * 1e3,
+            determinism=determinism_settings(options, used, options.graph_optimization),
         )
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -242,4 +277,5 @@ def _read_cached(path: Path, side: Path) -> bytes | None:
 
 
 def open_session(model: ModelSource, options: SessionOptions) -> Session:
+    """Open an ONNX Runtime session on ``model`` with ``options``."""
     return OrtSession(model, options)

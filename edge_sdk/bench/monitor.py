@@ -50,6 +50,8 @@ class Usage:
     spans: list[tuple[float, float]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
+        """CPU use as percentages: of one core for the process, of the whole machine, and busy per core (None where
+        nothing was measured)."""
         cores = [100.0 * b / t if t > 0 else None for b, t in zip(self.core_busy_s, self.core_total_s)]
         n = os.cpu_count() or 1
         pct = 100.0 * self.process_cpu_s / self.wall_s if self.wall_s > 0 else None
@@ -91,12 +93,14 @@ class ResourceMonitor:
     # -- lifecycle ---------------------------------------------------------------------------------
 
     def start(self) -> "ResourceMonitor":
+        """Take a first sample and start sampling on a background thread every ``interval_s``; returns self."""
         self._sample()
         self._thread = threading.Thread(target=self._run, name="bench-monitor", daemon=True)
         self._thread.start()
         return self
 
     def stop(self) -> None:
+        """Stop the sampling thread and take a last sample."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(max(5.0, 3 * self.interval_s))
@@ -213,6 +217,7 @@ class ResourceMonitor:
     # -- summaries ---------------------------------------------------------------------------------
 
     def samples_of(self, key: str) -> list[dict[str, Any]]:
+        """The samples taken while ``key`` was being measured."""
         with self._lock:
             return [s for s in self.samples if s["key"] == key]
 
@@ -267,6 +272,7 @@ class ResourceMonitor:
         }
 
     def timeline(self) -> list[dict[str, Any]]:
+        """A copy of every sample taken, in order."""
         with self._lock:
             return [dict(s) for s in self.samples]
 

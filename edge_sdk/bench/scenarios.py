@@ -74,6 +74,7 @@ class Log:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def error(self, e: BaseException) -> None:
+        """Count a failed query; the first few messages are kept (each cut to 300 characters)."""
         with self._lock:
             self.errors += 1
             if len(self.error_messages) < _MAX_ERROR_MESSAGES:
@@ -81,10 +82,12 @@ class Log:
 
     @property
     def issued(self) -> int:
+        """Queries issued over all blocks."""
         return sum(b.issued for b in self.blocks)
 
     @property
     def dropped(self) -> int:
+        """Queries dropped over all blocks."""
         return sum(b.dropped for b in self.blocks)
 
     def array(self) -> np.ndarray:

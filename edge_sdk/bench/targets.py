@@ -113,12 +113,17 @@ class Target:
     input_desc: str = ""
 
     def one(self, i: int) -> Stages:  # pragma: no cover - interface
+        """Run sample ``i`` (modulo the samples held) once; return the 4 stage times in ms (0 for a stage this target
+        does not have)."""
         raise NotImplementedError
 
     def batch(self, idx: Sequence[int]) -> Stages:  # pragma: no cover - interface
+        """Run the samples ``idx`` as one batch (concatenated on axis 0); return the 4 stage times in ms for the whole
+        batch."""
         raise NotImplementedError
 
     def close(self) -> None:
+        """Release what the target holds (its model, session or interpreter)."""
         pass
 
 

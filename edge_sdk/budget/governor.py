@@ -202,16 +202,20 @@ class Budget:
         return cls(**base)
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field, by name."""
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
 class GovernorState(str, enum.Enum):
+    """The governor's state, from NORMAL through CONSTRAINED to CRITICAL; a ``str`` enum (the value is the lower-case
+    name)."""
     NORMAL = "normal"
     CONSTRAINED = "constrained"
     CRITICAL = "critical"
 
     @property
     def level(self) -> int:
+        """0 (NORMAL), 1 (CONSTRAINED) or 2 (CRITICAL), for comparing states."""
         return _LEVELS[self]
 
 
@@ -234,6 +238,7 @@ class GovernorEvent:
     detail: str = ""
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict of the event (the state as its string value)."""
         return {
             "timestamp_ms": self.timestamp_ms,
             "kind": self.kind,
@@ -276,9 +281,11 @@ class Action:
     name: str = "action"
 
     def apply(self, ctx: ActionContext) -> str:  # pragma: no cover - interface
+        """Take the step; return a detail for the event, or raise :class:`ActionUnavailable` if it cannot be taken now."""
         raise NotImplementedError
 
     def undo(self, ctx: ActionContext) -> str | None:  # pragma: no cover - interface
+        """Give the step back (called only after a successful :meth:`apply`); may return a detail for the event."""
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -584,6 +591,7 @@ class Governor:
 
     @property
     def state(self) -> GovernorState:
+        """The current state (NORMAL, CONSTRAINED or CRITICAL)."""
         return self._state
 
     @property
@@ -599,6 +607,7 @@ class Governor:
 
     @property
     def last_snapshot(self) -> SensorSnapshot | None:
+        """The sensor snapshot of the latest tick (None before the first)."""
         return self._last
 
     def power_mean_w(self) -> float | None:
@@ -893,6 +902,7 @@ class Governor:
 
     @property
     def running(self) -> bool:
+        """True while the governor's background thread runs."""
         return self._thread is not None and self._thread.is_alive()
 
     def __enter__(self) -> "Governor":

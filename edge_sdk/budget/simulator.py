@@ -63,6 +63,7 @@ class ThermalModel:
             raise ValueError(f"ambient_c: expected a finite number, got {self.ambient_c!r}")
 
     def power_w(self, util: float) -> float:
+        """Board power at utilisation ``util`` (clamped to 0..1): linear from ``idle_w`` to ``busy_w``."""
         u = min(1.0, max(0.0, util))
         return self.idle_w + (self.busy_w - self.idle_w) * u
 
@@ -146,6 +147,7 @@ class ThermalSimulator:
 
     @property
     def temp_c(self) -> float:
+        """The simulated temperature now, in degrees C."""
         return self._temp
 
     @property
@@ -198,11 +200,13 @@ class ThermalSimulator:
 
     @property
     def max_c(self) -> float:
+        """The highest temperature in the history so far (the current one if there is no history)."""
         return max((temp for _, temp, _ in self.history), default=self._temp)
 
     # -- the thread ----------------------------------------------------------------------------
 
     def start(self, interval_s: float = 0.02) -> "ThermalSimulator":
+        """Tick every ``interval_s`` seconds on a background thread; returns self. ``RuntimeError`` if already started."""
         if self._thread is not None:
             raise RuntimeError("simulator already started")
         self._stop.clear()
@@ -219,6 +223,7 @@ class ThermalSimulator:
         return self
 
     def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop the background thread (waiting up to ``timeout_s``); the simulator can be started again."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_s)

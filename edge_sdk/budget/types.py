@@ -32,11 +32,13 @@ class ThrottledFlags:
 
     @classmethod
     def from_int(cls, raw: int) -> "ThrottledFlags":
+        """Decode the integer ``vcgencmd get_throttled`` prints."""
         b = lambda bit: bool(raw >> bit & 1)  # noqa: E731
         return cls(raw, b(0), b(1), b(2), b(3), b(16), b(17), b(18), b(19))
 
     @property
     def any_now(self) -> bool:
+        """True if any of the ``*_now`` flags (bits 0-3) is set."""
         return bool(self.raw & 0xF)
 
 
@@ -69,6 +71,7 @@ class RailReading:
 
 @dataclass(frozen=True)
 class BatteryReading:
+    """A battery's charge in percent, whether it is on mains power, and the seconds left (None where unknown)."""
     percent: float | None
     plugged: bool | None
     secs_left: float | None = None
@@ -98,6 +101,8 @@ class SensorSnapshot:
     board_power_source: str | None = None
 
     def to_dict(self) -> dict:
+        """A JSON-able dict of the snapshot: temperatures with their trip points, board power, rails, throttled flags,
+        battery."""
         return {
             "timestamp_ms": self.timestamp_ms,
             "temp_c": self.temp_c,

@@ -35,6 +35,7 @@ def _cv2() -> Any:
 
 
 class SinkState(str, enum.Enum):
+    """A sink's lifecycle: NEW -> OPEN -> CLOSED (a sink opens once)."""
     NEW = "new"
     OPEN = "open"
     CLOSED = "closed"
@@ -49,9 +50,11 @@ class Sink:
 
     @property
     def state(self) -> SinkState:
+        """NEW, OPEN or CLOSED."""
         return self._state
 
     def open(self) -> "Sink":
+        """Open the sink if it is new (a no-op if open); returns self. :class:`~edge_sdk.pipelines.errors.PipelineStateError` if closed."""
         with self._lock:
             self._open_locked()
         return self
@@ -64,11 +67,14 @@ class Sink:
             self._state = SinkState.OPEN
 
     def write(self, fr: "FrameResult") -> None:
+        """Write one frame's result, opening the sink first if it is new; :class:`~edge_sdk.pipelines.errors.PipelineStateError` after
+        close."""
         with self._lock:
             self._open_locked()
             self._write(fr)
 
     def close(self) -> None:
+        """Close the sink, finishing and releasing its output if it was open; idempotent. It cannot be opened again."""
         with self._lock:
             if self._state is SinkState.CLOSED:
                 return

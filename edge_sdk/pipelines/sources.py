@@ -139,6 +139,7 @@ class Frame:
 
     @property
     def size_wh(self) -> tuple[int, int]:
+        """(width, height) of the image in pixels."""
         return int(self.image.shape[1]), int(self.image.shape[0])
 
     def __repr__(self) -> str:
@@ -176,6 +177,7 @@ class Capture(NamedTuple):
 
     @classmethod
     def dropped(cls, reason: str, detail: str) -> "Capture":
+        """A capture that is a drop with ``reason`` and ``detail`` (no image)."""
         return cls(None, None, reason, detail)
 
 
@@ -220,6 +222,8 @@ class Backoff:
             raise ValueError(f"max_delay_s ({self.max_delay_s}) must be >= initial_delay_s ({self.initial_delay_s})")
 
     def delay_s(self, attempt: int) -> float:
+        """Seconds to wait before reconnect attempt ``attempt`` (1-based): ``initial_delay_s * multiplier ** (attempt - 1)``, at most
+        ``max_delay_s``."""
         return float(min(self.initial_delay_s * self.multiplier ** (attempt - 1), self.max_delay_s))
 
 
@@ -257,6 +261,7 @@ class SourceOptions:
 
 
 class SourceState(str, enum.Enum):
+    """A source's lifecycle: NEW -> OPEN -> CLOSED (a source opens once)."""
     NEW = "new"
     OPEN = "open"
     CLOSED = "closed"
@@ -305,9 +310,12 @@ class FrameSource:
 
     @property
     def state(self) -> SourceState:
+        """NEW, OPEN or CLOSED."""
         return self._state
 
     def open(self) -> "FrameSource":
+        """Open the source (a no-op if open); returns self. :class:`~edge_sdk.pipelines.errors.SourceClosedError` if it was closed;
+        :class:`~edge_sdk.pipelines.errors.SourceError` if it cannot be opened."""
         with self._lock:
             if self._state is SourceState.OPEN:
                 return self
@@ -324,6 +332,9 @@ class FrameSource:
         return self
 
     def read(self) -> Frame | FrameDrop | None:
+        """The next item: a :class:`Frame`, a :class:`FrameDrop` (with its reason, e.g. an invalid image) or None at the end of the
+        source. Each gets the next index and a timestamp. :class:`~edge_sdk.pipelines.errors.SourceClosedError` if the source is not
+        open."""
         with self._lock:
             if self._state is not SourceState.OPEN:
                 raise SourceClosedError(f"source {self.name!r} is {self._state.value}; read() needs an open source")
@@ -343,9 +354,13 @@ class FrameSource:
             return FrameDrop(idx, "invalid_frame", f"frame {idx}: {e}", ts, self.name)
 
     def interrupt(self) -> None:
+        """End the waits inside ``read()`` (pacing, reconnect backoff) at once; ``read()`` then returns None. Any thread, never
+        blocks; the pipeline's ``stop()`` calls it."""
         self._interrupt.set()
 
     def close(self) -> None:
+        """Interrupt any wait, then close the source (waiting for a ``read()`` in progress, and releasing the device or stream if it
+        was open); idempotent. A closed source cannot be opened again."""
         self._interrupt.set()
         with self._lock:
             if self._state is SourceState.CLOSED:
@@ -654,6 +669,7 @@ class ImageFolderSource(FrameSource):
 
     @property
     def paths(self) -> tuple[Path, ...]:
+        """The image files the source reads, in order."""
         return self._paths
 
     def _open(self) -> None:

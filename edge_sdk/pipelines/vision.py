@@ -193,6 +193,7 @@ class FrameResult:
 
     @property
     def source_timestamp_ms(self) -> float | None:
+        """The timestamp the source gave the frame (e.g. a video's position), or None."""
         return self.frame.source_timestamp_ms
 
 
@@ -225,10 +226,12 @@ class PipelineCounters:
 
     @property
     def in_flight(self) -> int:
+        """Frames taken in but neither processed nor dropped yet (preparing, waiting, queued, inferring or emitting)."""
         return self.preparing + self.waiting + self.queued + self.inferring + self.emitting
 
     @property
     def dropped_total(self) -> int:
+        """Frames dropped, all reasons together."""
         return sum(self.dropped.values())
 
     @property
@@ -242,6 +245,7 @@ class PipelineCounters:
 
 
 class PipelineState(str, enum.Enum):
+    """A pipeline's lifecycle: NEW -> RUNNING -> STOPPING -> STOPPED."""
     NEW = "new"
     RUNNING = "running"
     STOPPING = "stopping"
@@ -351,6 +355,7 @@ class VisionPipeline:
 
     @property
     def state(self) -> PipelineState:
+        """NEW, RUNNING, STOPPING or STOPPED."""
         return self._state
 
     @property
@@ -371,6 +376,7 @@ class VisionPipeline:
 
     @property
     def paused(self) -> bool:
+        """True between :meth:`pause` and :meth:`resume`."""
         return self._paused
 
     @property
@@ -539,6 +545,7 @@ class VisionPipeline:
         self.close("discard" if exc_type is not None else None)
 
     def counters(self) -> PipelineCounters:
+        """A consistent snapshot of the frame accounting: frames in, processed, dropped by reason, and how many are at each stage now."""
         with self._lock:
             return PipelineCounters(
                 frames_in=self._frames_in,

@@ -22,21 +22,34 @@ _SMALL = 32  # classes per row below which decoding stays in Python
 
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Numerically stable softmax along ``axis``, as float32."""
     x = x.astype(np.float32, copy=False)
     e = np.exp(x - x.max(axis=axis, keepdims=True))
     return e / e.sum(axis=axis, keepdims=True)
 
 
 def decode_classification(
-    scores: np.ndarray, labels: Sequence[str], *, top_k: int = 5, apply_softmax: bool = True
+    scores: np.ndarray, labels: Sequence[str], *, top_k: int = 5, apply_softmax: bool = True, temperature: float = 1.0
 ) -> tuple[tuple[Classification, ...], ...]:
     """Top-k classes per batch row of ``scores`` [batch, classes] (or [classes]),
-    best first. Ties keep the lower index first."""
+    best first. Ties keep the lower index first.
+
+    ``temperature`` T (> 0; a variant's manifest ``temperature``): with ``apply_softmax`` the scores are
+    ``softmax(logits / T)``; when the output already is probabilities (``apply_softmax=False``) T applies to their
+    logarithm, ``softmax(log(p) / T)`` (= ``p ** (1/T)`` renormalised). T = 1 changes nothing; T never changes the
+    order of the classes."""
     s = np.asarray(scores)
     if s.ndim == 1:
         s = s[None, :]
     if s.ndim != 2:
         s = s.reshape(s.shape[0], -1)
+    if temperature != 1.0:
+        if not (math.isfinite(temperature) and temperature > 0):
+            raise ValueError(f"decode_classification: temperature must be a finite number > 0, got {temperature!r}")
+        if not apply_softmax:  # probabilities: scale their logarithm
+            s = np.log(np.maximum(s.astype(np.float64), 1e-12))
+            apply_softmax = True
+        s = s / temperature
     k = min(top_k, s.shape[1])
     n = len(labels)
     if s.shape[1] <= _SMALL:

@@ -89,18 +89,22 @@ class BBox:
 
     @property
     def xyxy(self) -> tuple[float, float, float, float]:
+        """(xmin, ymin, xmax, ymax)."""
         return (self.xmin, self.ymin, self.xmax, self.ymax)
 
     @property
     def width(self) -> float:
+        """xmax - xmin."""
         return self.xmax - self.xmin
 
     @property
     def height(self) -> float:
+        """ymax - ymin."""
         return self.ymax - self.ymin
 
     @property
     def area(self) -> float:
+        """width * height."""
         return self.width * self.height
 
     @property
@@ -134,6 +138,7 @@ class BBox:
         return BBox(self.xmin * sx, self.ymin * sy, self.xmax * sx, self.ymax * sy)
 
     def translate(self, dx: float, dy: float) -> "BBox":
+        """The box moved by (``dx``, ``dy``)."""
         return BBox(self.xmin + dx, self.ymin + dy, self.xmax + dx, self.ymax + dy)
 
 

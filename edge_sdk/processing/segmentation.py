@@ -75,6 +75,7 @@ class SegmentationMask:
 
     @property
     def shape_hw(self) -> tuple[int, int]:
+        """(height, width) of the class map."""
         return (int(self.class_map.shape[0]), int(self.class_map.shape[1]))
 
     def class_index(self, cls: int | str) -> int:
@@ -91,6 +92,7 @@ class SegmentationMask:
         return self.class_map == self.class_index(cls)
 
     def label(self, index: int) -> str:
+        """The label of class ``index``, or the index as text if there is no label for it."""
         return self.labels[index] if 0 <= index < len(self.labels) else str(index)
 
     def pixel_counts(self) -> dict[str, int]:

@@ -160,6 +160,8 @@ class CircuitBreaker:
             self._flush(events)
 
     def record_success(self) -> None:
+        """Record a successful attempt: a successful half-open probe closes the circuit; when closed, it resets the consecutive-failure
+        count."""
         events: list[RemoteEvent] = []
         with self._lock:
             if self._state == HALF_OPEN:
@@ -170,6 +172,8 @@ class CircuitBreaker:
         self._flush(events)
 
     def record_failure(self, reason: str) -> None:
+        """Record a failed attempt: a failed half-open probe reopens the circuit; when closed, it opens after ``failure_threshold``
+        consecutive failures or a failure ratio of ``failure_ratio`` over at least ``min_calls`` attempts in ``window_s``."""
         events: list[RemoteEvent] = []
         with self._lock:
             if self._state == HALF_OPEN:

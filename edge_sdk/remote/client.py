@@ -122,6 +122,8 @@ class RemoteEndpoint:
 
     @classmethod
     def parse(cls, url: str) -> "RemoteEndpoint":
+        """Parse an ``http://`` or ``https://`` URL (no credentials, query or fragment; a trailing ``/v2`` is dropped) into an
+        endpoint; :class:`~edge_sdk.remote.errors.RemoteConfigError` for anything else."""
         if not isinstance(url, str):
             raise RemoteConfigError(f"url: expected a string, got {type(url).__name__}")
         try:
@@ -144,6 +146,7 @@ class RemoteEndpoint:
 
     @property
     def tls(self) -> bool:
+        """True for ``https``."""
         return self.scheme == "https"
 
     @property
@@ -158,6 +161,7 @@ class RemoteEndpoint:
 
     @property
     def host_header(self) -> str:
+        """The ``Host`` header value: the host (bracketed if IPv6), with the port unless it is the scheme's default."""
         h = f"[{self.host}]" if ":" in self.host else self.host
         return h if self.port == (443 if self.tls else 80) else f"{h}:{self.port}"
 
@@ -184,6 +188,7 @@ class TensorMetadata:
 
 @dataclass(frozen=True)
 class ServerMetadata:
+    """A server's v2 metadata: name, version and the protocol extensions it supports."""
     name: str
     version: str
     extensions: tuple[str, ...]
@@ -191,6 +196,7 @@ class ServerMetadata:
 
 @dataclass(frozen=True)
 class ModelMetadata:
+    """A server's v2 model metadata: name, versions, platform, and its inputs and outputs."""
     name: str
     versions: tuple[str, ...]
     platform: str
@@ -448,6 +454,7 @@ class RemoteClient:
 
     @property
     def retry_budget(self) -> RetryBudget:
+        """The client's retry budget (shared by every request it makes)."""
         return self._budget
 
     def close(self) -> None:

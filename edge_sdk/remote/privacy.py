@@ -50,6 +50,7 @@ class PrivacyPolicy:
 
     @property
     def sends_nothing(self) -> bool:
+        """True when the mode is ``never`` (the default): no request leaves the device."""
         return self.mode == "never"
 
     def check_endpoint(self, model: str, region: str | None) -> None:

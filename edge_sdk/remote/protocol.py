@@ -92,6 +92,7 @@ def datatype_of(dtype: Any) -> str:
 
 
 def dtype_of(datatype: str) -> np.dtype:
+    """The numpy dtype of a v2 datatype name (``FP32``, ``INT64``, ...); :class:`ProtocolError` for an unknown one."""
     try:
         return DATATYPES[datatype]
     except (KeyError, TypeError):
@@ -242,12 +243,15 @@ def tensor_from_bytes(buf: bytes | memoryview, datatype: str, shape: Sequence[in
 
 @dataclass(frozen=True)
 class RequestedOutput:
+    """An output asked for in a request; ``binary``: its ``binary_data`` parameter (None: the request's default decides)."""
     name: str
     binary: bool | None = None  # None: the request-level binary_data_output decides
 
 
 @dataclass(frozen=True)
 class InferRequest:
+    """A v2 infer request: the input tensors by name, the outputs asked for (empty: all), an optional id and parameters, and whether
+    outputs come as binary data by default."""
     inputs: Mapping[str, np.ndarray]
     outputs: tuple[RequestedOutput, ...] = ()
     id: str | None = None
@@ -255,6 +259,8 @@ class InferRequest:
     binary_output_default: bool = False
 
     def wants_binary(self, name: str) -> bool:
+        """Whether output ``name`` should be sent as binary data: its own setting if the request names it with one, else the request's
+        default."""
         for o in self.outputs:
             if o.name == name and o.binary is not None:
                 return o.binary
@@ -263,6 +269,7 @@ class InferRequest:
 
 @dataclass(frozen=True)
 class InferResponse:
+    """A v2 infer response: model name and version, the output tensors by name, the request id and parameters."""
     model_name: str
     outputs: Mapping[str, np.ndarray]
     model_version: str | None = None
@@ -462,6 +469,7 @@ def decode_response(
 
 
 def error_body(message: str) -> bytes:
+    """A v2 error response body: ``{"error": message}`` as JSON bytes."""
     return json.dumps({"error": message}).encode()
 
 

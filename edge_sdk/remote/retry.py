@@ -89,6 +89,7 @@ class RetryBudget:
 
     @classmethod
     def from_policy(cls, policy: RetryPolicy, *, clock: Callable[[], float] = time.monotonic) -> "RetryBudget":
+        """A budget with the ratio, minimum retries and window of ``policy``."""
         return cls(policy.budget_ratio, policy.budget_min_retries, policy.budget_window_s, clock=clock)
 
     def _bucket(self) -> list[int]:
@@ -101,10 +102,13 @@ class RetryBudget:
         return sum(b[0] for b in self._buckets.values()), sum(b[1] for b in self._buckets.values())
 
     def deposit(self) -> None:
+        """Count one request started."""
         with self._lock:
             self._bucket()[0] += 1
 
     def try_withdraw(self) -> bool:
+        """Before a retry: True (and the retry is counted) if the window's retries are below ``min_retries + ratio * requests``, else
+        False."""
         with self._lock:
             b = self._bucket()
             requests, retries = self._totals()

@@ -81,14 +81,17 @@ class RoutedResult(NamedTuple):
 
     @property
     def decoded(self) -> Any:
+        """The result's decoded output (classes, detections, mask or None)."""
         return self.result.decoded
 
     @property
     def outputs(self) -> Any:
+        """The result's raw outputs by name."""
         return self.result.outputs
 
     @property
     def top1(self) -> Any:
+        """The result's best class (classification models only)."""
         return self.result.top1
 
 
@@ -226,10 +229,12 @@ class Router:
 
     @property
     def local_waiting(self) -> int:
+        """Requests waiting for the local model now."""
         return self._waiting
 
     @property
     def local_service_ms(self) -> float | None:
+        """Moving average (EWMA, ``ewma_alpha``) of the local model's successful call times in ms; None before the first."""
         return self._service_ms
 
     def subscribe(self, callback: Callable[[RouterEvent], Any]) -> Callable[[], None]:
@@ -241,9 +246,12 @@ class Router:
     # -- requests ---------------------------------------------------------------------------------
 
     def predict(self, inputs: Any, **kw: Any) -> RoutedResult:
+        """Route a ``predict(inputs, **kw)`` call to the local or remote model; returns a :class:`RoutedResult` saying where and why."""
         return self._route("predict", (inputs,), kw)
 
     def predict_image(self, image: Any, **kw: Any) -> RoutedResult:
+        """Route a ``predict_image(image, **kw)`` call to the local or remote model; returns a :class:`RoutedResult` saying where and
+        why."""
         return self._route("predict_image", (image,), kw)
 
     def _offload(self, trigger: str) -> None:

@@ -80,9 +80,11 @@ class ServedModel:
 
     @property
     def version(self) -> str:
+        """The package's version."""
         return self.model.manifest.version
 
     def metadata(self) -> dict[str, Any]:
+        """The v2 model metadata (name, versions, platform, inputs, outputs) as a JSON-able dict."""
         backend = self.model.session.info.backend
         return {
             "name": self.name,
@@ -94,6 +96,7 @@ class ServedModel:
 
     @property
     def ready(self) -> bool:
+        """True while the model is open and its worker thread runs."""
         return not self.model.closed and self.worker.running
 
     def prepare(self, body: bytes, headers: Mapping[str, str], max_bytes: int) -> tuple[protocol.InferRequest, Job]:

@@ -121,6 +121,7 @@ class ModelWorker:
 
     @property
     def running(self) -> bool:
+        """True while the worker thread runs and is not stopping."""
         t = self._thread
         return t is not None and t.is_alive() and not self._stopping
 
@@ -159,6 +160,7 @@ class ModelWorker:
 
     @property
     def depth(self) -> int:
+        """Requests waiting in the queue now."""
         return len(self._pending)
 
     def submit(self, job: Job) -> Future:
@@ -187,6 +189,7 @@ class ModelWorker:
         job.future.cancel()
 
     def retry_after_s(self) -> int:
+        """Seconds a client told to come back (``Retry-After``) should wait: the queue's estimated drain time, at least 1."""
         with self._cond:
             return self._retry_after_locked()
 
@@ -198,6 +201,7 @@ class ModelWorker:
         return max(1, math.ceil(est))
 
     def stats(self) -> WorkerStats:
+        """A :class:`WorkerStats` snapshot of the counters."""
         with self._cond:
             return WorkerStats(
                 self._executions, self._rows, self._jobs, self._failures, self._compute_s, self._queue_s,

@@ -37,6 +37,8 @@ def read_token(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``edge-sdk serve`` with parsed arguments: load the packages, start the server and serve until SIGTERM or Ctrl-C;
+    returns the exit status."""
     from ..model import load
     from . import Server
 

@@ -95,6 +95,7 @@ class Server:
 
     @property
     def running(self) -> bool:
+        """True while the server thread runs."""
         return self._thread is not None and self._thread.is_alive()
 
     # -- lifecycle -------------------------------------------------------------------

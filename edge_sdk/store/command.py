@@ -18,6 +18,7 @@ from typing import Any
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Add the ``edge-sdk models`` subcommands (list, install, activate, rollback, verify) to parser ``p``."""
     sub = p.add_subparsers(dest="models_cmd", required=True)
 
     def common(q: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -50,6 +51,8 @@ def _update(args: argparse.Namespace, res: Any) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run an ``edge-sdk models`` subcommand with parsed arguments; returns the exit status (1 for an update that did not succeed
+    or a package that does not verify)."""
     from .store import ModelStore
 
     store = ModelStore(args.store)

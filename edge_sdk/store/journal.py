@@ -34,17 +34,21 @@ class UpdateRecord:
 
     @property
     def last_phase(self) -> str | None:
+        """The latest phase the update reached, or None."""
         return self.phases[-1]["phase"] if self.phases else None
 
     @property
     def terminal(self) -> str | None:
+        """How the update ended (one of ``TERMINAL_STATES``), or None if it has not ended (still running, or interrupted)."""
         return self.terminals[-1]["terminal"] if self.terminals else None
 
     @property
     def reason(self) -> str:
+        """Why the update ended as it did (empty if it has not ended)."""
         return str(self.terminals[-1].get("reason", "")) if self.terminals else ""
 
     def phase_data(self, phase: str) -> dict[str, Any]:
+        """The record of ``phase`` (empty if the update never reached it)."""
         for r in self.phases:
             if r["phase"] == phase:
                 return r
@@ -81,6 +85,7 @@ class Journal:
         return out
 
     def append(self, record: dict[str, Any]) -> None:
+        """Append ``record`` (with a sequence number and time) as one JSON line, and fsync it before returning."""
         self._seq += 1
         rec = {"seq": self._seq, "t": round(time.time(), 3), **record}
         line = (json.dumps(rec, sort_keys=True) + "\n").encode()
@@ -94,9 +99,11 @@ class Journal:
             os.close(fd)
 
     def phase(self, tx: str, kind: str, model: str, phase: str, **data: Any) -> None:
+        """Record that update ``tx`` reached ``phase``."""
         self.append({"tx": tx, "kind": kind, "model": model, "phase": phase, **data})
 
     def terminal(self, tx: str, kind: str, model: str, state: str, reason: str = "", **data: Any) -> None:
+        """Record how update ``tx`` ended: ``state`` is one of ``TERMINAL_STATES``."""
         assert state in TERMINAL_STATES, state
         self.append({"tx": tx, "kind": kind, "model": model, "terminal": state, "reason": reason, **data})
 
@@ -112,4 +119,5 @@ class Journal:
         return out
 
     def records(self) -> list[dict[str, Any]]:
+        """Every record in the journal, in order (torn lines, never durable, are skipped)."""
         return self._lines()

@@ -42,6 +42,7 @@ def generate_keypair() -> tuple[str, str]:
 
 
 def manifest_digest(package_root: Path) -> bytes:
+    """sha256 (raw bytes) of the package's ``edge-model.toml``: what a signature signs."""
     return hashlib.sha256((Path(package_root) / MANIFEST_NAME).read_bytes()).digest()
 
 

@@ -101,6 +101,7 @@ class StoreConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "StoreConfig":
+        """Parse the store's config file contents; :class:`StoreError` for an unknown key."""
         known = {f for f in cls.__dataclass_fields__}
         extra = sorted(set(d) - known)
         if extra:
@@ -111,6 +112,7 @@ class StoreConfig:
         return cls(**d)
 
     def to_dict(self) -> dict[str, Any]:
+        """The config file form."""
         d = asdict(self)
         d["trusted_keys"] = list(self.trusted_keys)
         return d
@@ -131,6 +133,7 @@ class UpdateResult:
 
     @property
     def ok(self) -> bool:
+        """True if the update succeeded."""
         return self.state == "succeeded"
 
 
@@ -164,6 +167,7 @@ def version_key(v: str) -> tuple[Any, ...]:
 
 
 def is_older(new: str, current: str) -> bool:
+    """True if version ``new`` orders before ``current`` (PEP 440 where both parse, else by the numbers in them)."""
     a, b = version_key(new), version_key(current)
     if a[0] != b[0]:
         a, b = (0, tuple(int(x) for x in re.findall(r"\d+", new))), (0, tuple(int(x) for x in re.findall(r"\d+", current)))
@@ -247,6 +251,7 @@ class ModelStore:
     # -- listing ------------------------------------------------------------------
 
     def models(self) -> list[str]:
+        """Names of the models with an active version, sorted."""
         return sorted(json.loads(p.read_text())["model"] for p in (self.root / "active").glob("*.json"))
 
     def versions(self, name: str | None = None) -> list[InstalledVersion]:

@@ -227,18 +227,22 @@ class SignalStreamOptions:
 
     @property
     def hop_samples(self) -> int:
+        """Samples between window starts: ``hop``, or ``window`` (no overlap) if unset."""
         return self.hop if self.hop is not None else self.window
 
     @property
     def buffer_samples(self) -> int:
+        """Samples the stream may buffer: ``max_buffer_samples``, or one window if unset."""
         return self.max_buffer_samples if self.max_buffer_samples is not None else self.window
 
     @property
     def window_ms(self) -> float:
+        """The window length in milliseconds."""
         return self.window * 1000.0 / self.sample_rate_hz
 
     @property
     def hop_ms(self) -> float:
+        """The hop in milliseconds."""
         return self.hop_samples * 1000.0 / self.sample_rate_hz
 
     def window_shape(self) -> tuple[int, ...]:
@@ -289,10 +293,12 @@ class WindowResult(NamedTuple):
 
     @property
     def outputs(self) -> Mapping[str, np.ndarray]:
+        """The model's raw outputs for this window, by name."""
         return self.result.outputs
 
     @property
     def end_ms(self) -> float:
+        """Time just after the window's last sample: ``timestamp_ms + duration_ms``."""
         return self.timestamp_ms + self.duration_ms
 
 
@@ -689,6 +695,7 @@ class SignalStream:
 
     @property
     def closed(self) -> bool:
+        """True after :meth:`close`."""
         return self._closed
 
     def close(self) -> None:
@@ -755,6 +762,7 @@ class SignalStream:
 
     @property
     def epoch(self) -> int:
+        """The stream's epoch now: it changes whenever the stream restarts (gap reset, ``reset()``)."""
         return self._framer.epoch
 
     @property
@@ -783,6 +791,7 @@ class SignalStream:
         return dict(self._b.constants)
 
     def expected_timestamp_ms(self) -> float | None:
+        """Where the sample clock says the next push starts (None before the first push)."""
         return self._framer.expected_timestamp_ms()
 
     @property
@@ -1146,6 +1155,7 @@ class StreamRouter:
 
     @property
     def events(self) -> tuple[StreamEvent, ...]:
+        """Recent events of the router and its streams, oldest first (at most ``options.max_events``)."""
         return tuple(self._events)
 
     def pop_events(self) -> list[StreamEvent]:
