@@ -49,6 +49,7 @@ OTHER_ERRORS = [
     ("edge_sdk.backends.sandbox", "SandboxError"), ("edge_sdk.backends.sandbox", "SandboxCrashError"),
     ("edge_sdk.backends.sandbox", "SandboxMemoryError"), ("edge_sdk.backends.sandbox", "SandboxTimeoutError"),
     ("edge_sdk.backends.sandbox", "SandboxLoadError"), ("edge_sdk.quality.reference", "ReferenceStatsError"),
+    ("edge_sdk.quality.shadow", "ShadowError"), ("edge_sdk.quality.shadow", "ShadowMemoryError"),
 ]  # fmt: skip
 
 

@@ -57,13 +57,11 @@ _STOP = object()
 
 
 class ShadowError(EdgeSDKError):
-    """A shadow checker cannot be set up as asked (no fp32 variant, a reference whose inputs do
-    not match the model's, a bad setting)."""
+    """A shadow checker cannot be set up as asked (no fp32 variant to check against, or a reference that cannot answer for the model)."""
 
 
 class ShadowMemoryError(ShadowError, SelectionError):
-    """The device profile's memory budget cannot hold the primary variant and the fp32 reference
-    together (the message has both estimates and the budget, in MiB)."""
+    """The memory budget cannot hold the model and its fp32 reference together (the message has both estimates and the budget)."""
 
 
 # -- agreement functions ----------------------------------------------------------------------
