@@ -450,3 +450,28 @@ def test_a_reference_with_other_input_specs_gets_the_image_and_failures_are_coun
             assert st["checked"] == 10 and st["errors"] == 2
             assert st["errors_by_type"] == {"ShadowError": 1, "InputShapeError": 1}
             assert _value(checker.samples(), "edge_sdk_shadow_errors_total") == 2
+
+
+def test_a_pipeline_runs_through_the_checker(tmp_path: Path) -> None:
+    """A VisionPipeline takes the checker as its model: every frame answered by the primary, every
+    2nd also checked by the fp32 reference, frame accounting exact."""
+    from edge_sdk.assets import demo_package_path, demo_samples
+    from edge_sdk.pipelines import VisionPipeline
+
+    labels: list[str] = []
+    with edge_sdk.load(demo_package_path(), "generic-x86_64", threads=1, cache_dir=tmp_path) as model:
+        checker = ShadowChecker.local_fp32(model, sample_every=2, max_in_flight=16)
+        try:
+            pipe = VisionPipeline(checker, demo_samples()[0].parent, sinks=[lambda f: labels.append(f.result.top1.label)])
+            pipe.run()
+            deadline = time.monotonic() + 20
+            while checker.status()["checked"] < 6 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            st = checker.status()
+        finally:
+            checker.close()
+    n = len(demo_samples())
+    c = pipe.counters()
+    assert (c.frames_in, c.processed, c.dropped_total, c.unaccounted) == (n, n, 0, 0)
+    assert labels == [p.stem.rsplit("_", 1)[0] for p in demo_samples()]
+    assert st["requests"] == n and st["sampled"] == n // 2 and st["checked"] == n // 2 and st["agreement_total"] == 1.0
