@@ -391,6 +391,8 @@ class DecoderSpec:
     def to_dict(self) -> dict[str, Any]:
         """The manifest form."""
         d: dict[str, Any] = {"kind": self.kind, "output": self.output, "softmax": self.softmax, "top_k": self.top_k}
+        if self.output is None:  # not set: the decoder uses the model's single output (TOML has no null)
+            del d["output"]
         d.update({k: _thaw(v) for k, v in self.params})
         return d
 

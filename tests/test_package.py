@@ -469,3 +469,16 @@ def test_archive_size_and_member_limits(tmp_path: Path, monkeypatch: pytest.Monk
     with pytest.raises(errors.UnsafePackageError, match="members, limit 2"):
         ModelPackage.open(z)
     assert no_runtime == []
+
+
+def test_manifest_with_a_bare_classification_decoder_round_trips() -> None:
+    """decoder.output unset (the model's single output) survives to_dict / to_toml and back."""
+    from edge_sdk import _toml
+
+    m = mlp_manifest()
+    m["variants"][0].update(sha256="a" * 64, size=100)
+    m.update(decoder={"kind": "classification"}, labels=["a", "b", "c", "d"])
+    parsed = Manifest.from_dict(m)
+    assert parsed.decoder.output is None
+    assert Manifest.from_dict(parsed.to_dict()) == parsed
+    assert Manifest.from_dict(_toml.loads(parsed.to_toml())) == parsed
