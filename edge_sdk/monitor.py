@@ -35,7 +35,7 @@ _FLAG_NAMES = (
 
 
 def _f(v: float | None, fmt: str = ".1f", unit: str = "") -> str:
-    return "?" if v is None else f"{v:{fmt}}{unit}"
+    return "?" if v is None or v != v else f"{v:{fmt}}{unit}"  # None or NaN: unknown
 
 
 def render_local(profile_name: str, sample: int, snap: Any, gov: Any, new_events: list[Any]) -> str:
@@ -112,6 +112,8 @@ def render_scrape(url: str, samples: list[Any]) -> tuple[str, dict[str, Any]]:
         p = data["pipelines"].setdefault(s.labels.get("pipeline", "?"), {})
         if s.value:
             p.setdefault("dropped", {})[s.labels.get("reason", "?")] = s.value
+    data["quality"] = _quality_view(by)
+    data["shadow"] = _shadow_view(by)
     lines = [f"edge-sdk monitor  {url}  {datetime.now().strftime('%H:%M:%S')}"]
     if state is None:
         lines.append("no edge_sdk governor metrics at this endpoint")
@@ -123,14 +125,81 @@ def render_scrape(url: str, samples: list[Any]) -> tuple[str, dict[str, Any]]:
         lines.append("  events: " + ", ".join(f"{k} {v:g}" for k, v in data["events"].items() if v))
     for k, v in data["temps"].items():
         lines.append(f"  {k[:28]:28s} {_f(v, '6.1f', ' C')}")
-    lines.append(f"power: board {_f(data['power_w'], '.2f', ' W')}, window mean {_f(data['power_mean_w'], '.2f', ' W')}")
+    if state is not None or data["power_w"] is not None or data["rails_w"]:
+        lines.append(f"power: board {_f(data['power_w'], '.2f', ' W')}, window mean {_f(data['power_mean_w'], '.2f', ' W')}")
     for k, v in data["rails_w"].items():
         lines.append(f"  {k[:20]:20s} {_f(v, '7.3f', ' W')}")
     if data["throttled"] is not None:
         lines.append(f"throttled: {int(data['throttled']):#x}")
     for name, p in data["pipelines"].items():
         lines.append(f"pipeline {name}: processed {p.get('processed', 0):g}, dropped {p.get('dropped', {})}")
+    for name, q in data["quality"].items():
+        worst = max(q["psi"].items(), key=lambda kv: kv[1], default=None)
+        alarms = [k for k, on in q["alarms"].items() if on]
+        lines.append(
+            f"quality {name}: {'DRIFT' if q['drift'] else 'ok'}, alarms {', '.join(alarms) or 'none'}; "
+            f"sampled {q['sampled']:g} of {q['requests']:g}, low confidence {_f(q['low_confidence_rate'], '.1%')}, "
+            f"schema violations {q['schema_violations']:g}"
+            + (f"; max PSI {worst[1]:.3f} ({worst[0]})" if worst else "")
+        )
+    for name, s in data["shadow"].items():
+        lines.append(
+            f"shadow {name}: agreement {_f(s['agreement'], '.1%')} (total {_f(s['agreement_total'], '.1%')}), "
+            f"{'ALARM' if s['alarm'] else 'ok'}; checked {s['checked']:g} of {s['requests']:g}, skipped {s['skipped']}"
+        )
     return "\n".join(lines), data
+
+
+def _by_model(by: dict[str, list[Any]], name: str, key: str = "model") -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {}
+    for s in by.get(name, []):
+        out.setdefault(s.labels.get(key, "?"), []).append(s)
+    return out
+
+
+def _quality_view(by: dict[str, list[Any]]) -> dict[str, dict[str, Any]]:
+    """Per model: the quality monitor's drift state, alarms, rates and PSI per summary."""
+    view: dict[str, dict[str, Any]] = {}
+    for model, rows in _by_model(by, "edge_sdk_quality_drift").items():
+        def one(metric: str, model: str = model) -> float | None:
+            v = _by_model(by, metric).get(model)
+            return v[0].value if v else None
+
+        view[model] = {
+            "drift": bool(rows[0].value),
+            "requests": one("edge_sdk_quality_requests_total") or 0.0,
+            "sampled": one("edge_sdk_quality_sampled_total") or 0.0,
+            "low_confidence_rate": one("edge_sdk_quality_low_confidence_rate"),
+            "schema_violations": one("edge_sdk_quality_schema_violations_total") or 0.0,
+            "alarms": {s.labels.get("indicator", "?"): bool(s.value) for s in _by_model(by, "edge_sdk_quality_alarm").get(model, [])},
+            "psi": {
+                s.labels.get("summary", "?"): s.value
+                for s in _by_model(by, "edge_sdk_quality_psi").get(model, [])
+                if s.value is not None and s.value == s.value  # NaN until a window is full
+            },
+        }
+    return view
+
+
+def _shadow_view(by: dict[str, list[Any]]) -> dict[str, dict[str, Any]]:
+    """Per model (and reference): the shadow checker's agreement, alarm and counts."""
+    view: dict[str, dict[str, Any]] = {}
+    for s in by.get("edge_sdk_shadow_disagreement", []):
+        model, ref = s.labels.get("model", "?"), s.labels.get("reference", "?")
+
+        def mine(metric: str, model: str = model, ref: str = ref) -> list[Any]:
+            return [x for x in by.get(metric, []) if x.labels.get("model") == model and x.labels.get("reference") == ref]
+
+        agree = {x.labels.get("scope"): x.value for x in mine("edge_sdk_shadow_agreement")}
+        view[f"{model} vs {ref}"] = {
+            "alarm": bool(s.value),
+            "agreement": agree.get("window"),
+            "agreement_total": agree.get("total"),
+            "requests": next((x.value for x in mine("edge_sdk_shadow_requests_total")), 0.0),
+            "checked": next((x.value for x in mine("edge_sdk_shadow_checked_total")), 0.0),
+            "skipped": {x.labels.get("reason", "?"): x.value for x in mine("edge_sdk_shadow_skipped_total") if x.value},
+        }
+    return view
 
 
 def run(

@@ -156,3 +156,51 @@ def test_edge_sdk_monitor_cli_in_a_subprocess(tmp_path: Path) -> None:
     assert rows[1]["governor"]["state"] == "normal"
     bad = subprocess.run([sys.executable, "-m", "edge_sdk.cli", "monitor", "--count", "-1"], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert bad.returncode == 1 and "--count >= 0" in bad.stderr
+
+
+def test_monitor_url_shows_quality_drift_and_shadow_agreement(tmp_path: Path) -> None:
+    """A running app with a quality monitor and a shadow checker: `edge-sdk monitor --url` shows the
+    drift state, the worst PSI and the shadow agreement read from its /metrics."""
+    import time
+
+    import numpy as np
+
+    import edge_sdk
+    from edge_sdk.assets import demo_package_path
+    from edge_sdk.quality import QualityMonitor, ShadowChecker, reference_from_model
+    from tools.train_demo import make_split
+
+    with edge_sdk.load(demo_package_path(), "generic-x86_64", threads=1, cache_dir=tmp_path) as model:
+        x, _ = make_split(7, 200)
+        tensors = [model.prepare_image(im).feeds["image"] for im in x]
+        ref = reference_from_model(model, tensors)
+        mon = QualityMonitor(ref, sample_every=1, window=64, evaluate_every=32)
+        model.attach_monitor(mon)
+        checker = ShadowChecker.local_fp32(model, sample_every=4, max_in_flight=64)
+        try:
+            dark = make_split(8, 160)[0] // 4  # much darker than the reference: drift
+            for im in dark:
+                checker.predict_image(np.ascontiguousarray(im))
+            deadline = time.monotonic() + 20
+            while checker.status()["checked"] < 40 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert mon.status()["state"] == "drift"
+            reg = Registry()
+            reg.track(mon)
+            reg.track(checker)
+            with MetricsServer(reg) as srv:
+                out = io.StringIO()
+                assert monitor.run(url=srv.url, count=1, interval_s=0.01, out=out) == 0
+                out_j = io.StringIO()
+                monitor.run(url=srv.url, count=1, interval_s=0.01, out=out_j, as_json=True)
+        finally:
+            checker.close()
+    text = out.getvalue()
+    name = model.manifest.name
+    assert f"quality {name}: DRIFT, alarms drift" in text and "sampled 160 of 160" in text and "max PSI" in text, text
+    d = json.loads(out_j.getvalue())
+    q = d["quality"][name]
+    assert q["drift"] and q["sampled"] == 160 and max(q["psi"].values()) >= 0.25
+    (key, s), = d["shadow"].items()
+    assert key == f"{name} vs local:fp32-onnx" and s["checked"] == 40 and 0.0 <= s["agreement_total"] <= 1.0
+    assert f"shadow {key}: agreement" in text and "checked 40 of 160" in text
