@@ -65,6 +65,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from . import __version__ as _SDK_VERSION
+from ._listeners import Listeners
 
 __all__ = [
     "EDGES_NS",
@@ -390,7 +391,7 @@ class ModelEvent:
     unix_s: float
 
 
-_model_listeners: list[Callable[[ModelEvent], Any]] = []
+_model_listeners: Listeners[ModelEvent] = Listeners("model events")
 
 
 FOLD_AT = 4096  # pending values per stage that make the recording thread fold them into the buckets
@@ -452,7 +453,7 @@ class ModelTelemetry:
         self._lock = threading.Lock()  # errors and the open count
         self._errors: dict[str, int] = {}
         self._open = 0
-        self._listeners: list[Callable[[ModelEvent], Any]] = []
+        self._listeners: Listeners[ModelEvent] = Listeners("model telemetry")
         self._cache_on = False  # a Model with a result cache (edge_sdk.result_cache) is open or was
         self._cache_counts = [0, 0]  # result-cache hits, misses (under _lock)
 
@@ -563,21 +564,16 @@ class ModelTelemetry:
         name = type(exc).__name__
         with self._lock:
             self._errors[name] = self._errors.get(name, 0) + 1
-        listeners = self._listeners + _model_listeners
-        if not listeners:
+        if not (self._listeners or _model_listeners):
             return
         ev = ModelEvent("error", call, name, str(exc)[:_MESSAGE_CHARS], self.provenance, time.time())
-        for cb in listeners:
-            try:
-                cb(ev)
-            except Exception:
-                _log.exception("model event listener raised (ignored)")
+        self._listeners.emit(ev)
+        _model_listeners.emit(ev)
 
     def subscribe(self, callback: Callable[[ModelEvent], Any]) -> Callable[[], None]:
         """Call ``callback(event)`` for every :class:`ModelEvent` of this model (on the calling
         thread; keep it quick). Returns an unsubscribe function."""
-        self._listeners.append(callback)
-        return lambda: self._listeners.remove(callback) if callback in self._listeners else None
+        return self._listeners.add(callback)
 
     # -- lifecycle (Model) -------------------------------------------------------------------------
 
@@ -1132,13 +1128,7 @@ class EventLog:
 
     def watch_models(self) -> Callable[[], None]:
         """Log the errors of every model in the process (loaded now or later)."""
-        cb = self._model_event
-        _model_listeners.append(cb)
-
-        def detach() -> None:
-            if cb in _model_listeners:
-                _model_listeners.remove(cb)
-
+        detach = _model_listeners.add(self._model_event)
         self._detach.append(detach)
         return detach
 

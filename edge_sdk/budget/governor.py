@@ -96,6 +96,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from .._listeners import Listeners
 from .types import SensorSnapshot
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -549,7 +550,7 @@ class Governor:
         self._counts: Counter[str] = Counter()
         self._action_counts: Counter[tuple[str, str]] = Counter()  # (kind, action) -> events
         self._transitions: Counter[tuple[str, str]] = Counter()  # (from state, to state) -> transitions
-        self._subscribers: list[Callable[[GovernorEvent], Any]] = []
+        self._subscribers: Listeners[GovernorEvent] = Listeners("governor")
         self._vetoes: list[Callable[[str, GovernorState, SensorSnapshot | None], bool]] = []
         self._infer_lock = threading.Lock()
         self._inferences: deque[tuple[float, float]] = deque(maxlen=_INFERENCE_HISTORY)
@@ -577,8 +578,7 @@ class Governor:
     def subscribe(self, callback: Callable[[GovernorEvent], Any]) -> Callable[[], None]:
         """Call ``callback(event)`` for every event (on the thread running ``step``; keep it quick,
         do not call ``step`` from it; exceptions are logged and ignored). Returns an unsubscribe."""
-        self._subscribers.append(callback)
-        return lambda: self._subscribers.remove(callback) if callback in self._subscribers else None
+        return self._subscribers.add(callback)
 
     def veto(self, callback: Callable[[str, GovernorState, SensorSnapshot | None], bool]) -> Callable[[], None]:
         """Ask ``callback(action_name, state, snapshot)`` before applying a step; True vetoes it
@@ -858,11 +858,7 @@ class Governor:
             self._counts[kind] += 1
             if action is not None:
                 self._action_counts[(kind, action)] += 1
-        for cb in list(self._subscribers):
-            try:
-                cb(ev)
-            except Exception:
-                _log.exception("governor subscriber raised (ignored)")
+        self._subscribers.emit(ev)
 
     # -- the sampling thread ----------------------------------------------------------------------
 

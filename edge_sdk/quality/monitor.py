@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
 
+from .._listeners import Listeners
 from .reference import Extractor, ReferenceStats, ReferenceStatsError, bin_index
 
 _log = logging.getLogger(__name__)
@@ -194,7 +195,7 @@ class QualityMonitor:
         self._last: dict[str, dict[str, float]] = {}
         self._low_conf_rate: float | None = None
         self._schema_rate: float | None = None
-        self._listeners: list[Callable[[QualityEvent], Any]] = []
+        self._listeners: Listeners[QualityEvent] = Listeners("quality monitor")
         self.events: list[QualityEvent] = []  # the last 256 events
         ms = self.thresholds.min_samples
         self._min = min(window, ms if ms is not None else window)
@@ -234,15 +235,7 @@ class QualityMonitor:
         """Call ``callback(event)`` on every :class:`QualityEvent` (from the thread that made the
         request which triggered the evaluation; exceptions are logged, never raised into it).
         Returns a function that unsubscribes."""
-        if not callable(callback):
-            raise TypeError(f"callback: expected a callable, got {type(callback).__name__}")
-        self._listeners.append(callback)
-
-        def detach() -> None:
-            if callback in self._listeners:
-                self._listeners.remove(callback)
-
-        return detach
+        return self._listeners.add(callback)
 
     # -- the hot path ------------------------------------------------------------------------
 
@@ -362,11 +355,7 @@ class QualityMonitor:
             self.events.extend(events)
             del self.events[:-256]
         for ev in events:
-            for cb in list(self._listeners):
-                try:
-                    cb(ev)
-                except Exception:
-                    _log.exception("quality monitor listener raised (ignored)")
+            self._listeners.emit(ev)
         return self.status()
 
     def _step(self, name: str, enter: bool, calm: bool, value: float | None, detail: Mapping[str, Any], requests: int) -> list[QualityEvent]:

@@ -42,6 +42,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from .._listeners import Listeners
 from ..errors import EdgeSDKError, SelectionError
 from .monitor import QualityEvent
 
@@ -308,7 +309,7 @@ class ShadowChecker:
         self._ring: collections.deque[bool] = collections.deque(maxlen=window)
         self._alarm = False
         self._streak = 0
-        self._listeners: list[Callable[[QualityEvent], Any]] = []
+        self._listeners: Listeners[QualityEvent] = Listeners(f"shadow checker {self.name}")
         self.events: collections.deque[QualityEvent] = collections.deque(maxlen=256)
         self._c = dict.fromkeys(
             (
@@ -556,7 +557,7 @@ class ShadowChecker:
             self._ring.extend(rows)
             ev = self._evaluate()
         if ev is not None:
-            self._emit(ev)
+            self._listeners.emit(ev)
 
     def _run_reference(self, job: _Job) -> Any:
         ref = self.reference
@@ -594,28 +595,13 @@ class ShadowChecker:
         self.events.append(ev)
         return ev
 
-    def _emit(self, ev: QualityEvent) -> None:
-        for cb in list(self._listeners):
-            try:
-                cb(ev)
-            except Exception:
-                _log.exception("shadow checker %s: an event listener raised (ignored)", self.name)
-
     # -- reading and lifecycle -------------------------------------------------------------
 
     def subscribe(self, callback: Callable[[QualityEvent], Any]) -> Callable[[], None]:
         """Call ``callback(event)`` on every :class:`~edge_sdk.quality.QualityEvent` of indicator
         ``shadow_disagreement`` (kind entered | left; value: the rolling agreement rate), from the
         checker's worker thread; exceptions are logged, never raised. Returns an unsubscribe function."""
-        if not callable(callback):
-            raise TypeError(f"callback: expected a callable, got {type(callback).__name__}")
-        self._listeners.append(callback)
-
-        def detach() -> None:
-            if callback in self._listeners:
-                self._listeners.remove(callback)
-
-        return detach
+        return self._listeners.add(callback)
 
     def _requests(self) -> int:
         return int(repr(self._counter)[6:-1])

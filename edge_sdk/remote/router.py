@@ -51,6 +51,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, NamedTuple
 
+from .._listeners import Listeners
 from ..errors import EdgeSDKError, InputError, SelectionError
 
 __all__ = ["TRIGGERS", "RoutedResult", "Router", "RouterError", "RouterEvent", "RouterOptions", "RouterTimeoutError"]
@@ -176,7 +177,7 @@ class Router:
         self._counts: dict[str, int] = {}
         self._by_trigger: dict[tuple[str, str], int] = {}  # (served_by, trigger) -> requests
         self._offloads: dict[str, int] = {}  # trigger -> requests sent to the remote model
-        self._listeners: list[Callable[[RouterEvent], Any]] = []
+        self._listeners: Listeners[RouterEvent] = Listeners("router")
         self._opts = opts
 
     # -- construction -----------------------------------------------------------------------------
@@ -240,8 +241,7 @@ class Router:
     def subscribe(self, callback: Callable[[RouterEvent], Any]) -> Callable[[], None]:
         """Call ``callback(event)`` for every offload and fallback (on the requesting thread; keep
         it quick; exceptions are ignored). Returns an unsubscribe function."""
-        self._listeners.append(callback)
-        return lambda: self._listeners.remove(callback) if callback in self._listeners else None
+        return self._listeners.add(callback)
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -277,11 +277,7 @@ class Router:
             prov = getattr(result, "provenance", None) or getattr(model, "provenance", None)
             ev = RouterEvent("offload" if served_by == "remote" else "fallback", trigger, served_by, detail, decision,
                              None if error is None else type(error).__name__, prov)  # fmt: skip
-            for cb in list(self._listeners):
-                try:
-                    cb(ev)
-                except Exception:  # an observer must not break serving
-                    pass
+            self._listeners.emit(ev)  # an observer must not break serving: logged, never raised
 
     def _decide(self) -> tuple[str, str, str]:
         """(where, why, trigger)."""
