@@ -68,6 +68,13 @@ def ks_statistic(values: np.ndarray, cdf_x: np.ndarray, cdf_p: np.ndarray) -> fl
     return float(max(d_right.max(), d_left.max()))
 
 
+def _count_value(counter: "itertools.count[int]") -> int:
+    """How many times ``next`` was called on ``counter`` (started at 0): ``itertools.count`` is the
+    hot paths' lock-free request counter (``next`` is atomic under the GIL) and has no read, but its
+    repr carries the next value."""
+    return int(repr(counter)[6:-1])
+
+
 @dataclass(frozen=True)
 class MonitorThresholds:
     """When the monitor's indicators enter and leave their alarm state.
@@ -374,8 +381,7 @@ class QualityMonitor:
     # -- reading -----------------------------------------------------------------------------
 
     def _requests(self) -> int:
-        # itertools.count has no read: its repr carries the next value
-        return int(repr(self._counter)[6:-1])
+        return _count_value(self._counter)
 
     @property
     def state(self) -> str:

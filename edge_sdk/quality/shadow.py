@@ -44,7 +44,7 @@ import numpy as np
 
 from .._listeners import Listeners
 from ..errors import EdgeSDKError, SelectionError
-from .monitor import QualityEvent
+from .monitor import QualityEvent, _count_value
 
 _log = logging.getLogger(__name__)
 
@@ -604,7 +604,7 @@ class ShadowChecker:
         return self._listeners.add(callback)
 
     def _requests(self) -> int:
-        return int(repr(self._counter)[6:-1])
+        return _count_value(self._counter)
 
     @property
     def reference_label(self) -> str:
