@@ -68,6 +68,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from edge_sdk.bench.targets import ort_option_mismatches, raw_ort_session  # noqa: E402  (the raw arm of edge-sdk bench --vs-raw)
+
 TRIVIAL_TARGET_US = 15.0
 MOBILENET_TARGET_PCT = 2.0
 AGREEMENT_SEED = 123  # tools/train_demo.make_split(seed=123, n=...) for the agreement rows
@@ -251,42 +253,9 @@ class Bench:
         return "_Settings: " + "; ".join(parts) + "._"
 
 
-_ORT_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
-_SPIN_KEYS = ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning")
-
-
-def raw_ort_session(model_bytes: bytes, sopts: Any) -> Any:
-    """An InferenceSession built with onnxruntime alone, with the options
-    edge_sdk/backends/ort.py derives from ``sopts`` (mirrored here, not imported)."""
-    import onnxruntime as ort
-
-    available = ort.get_available_providers()
-    providers = [p for p in dict.fromkeys(sopts.providers) if p in available and p != "CPUExecutionProvider"] + ["CPUExecutionProvider"]
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = sopts.threads
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    spin = "1" if sopts.allow_spinning else "0"
-    for key in _SPIN_KEYS:
-        so.add_session_config_entry(key, spin)
-    so.log_severity_level = 3
-    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _ORT_LEVELS[sopts.graph_optimization])
-    return ort.InferenceSession(model_bytes, sess_options=so, providers=providers)
-
-
 def option_mismatches(sdk_session: Any, raw: Any) -> list[str]:
-    """Differences between the two sessions' effective options (empty = same)."""
-    a, b = sdk_session.get_session_options(), raw.get_session_options()
-    diff = []
-    for attr in ("intra_op_num_threads", "inter_op_num_threads", "execution_mode", "graph_optimization_level"):
-        if getattr(a, attr) != getattr(b, attr):
-            diff.append(f"{attr}: edge_sdk {getattr(a, attr)}, raw {getattr(b, attr)}")
-    for key in _SPIN_KEYS:
-        if a.get_session_config_entry(key) != b.get_session_config_entry(key):
-            diff.append(f"{key}: edge_sdk {a.get_session_config_entry(key)}, raw {b.get_session_config_entry(key)}")
-    if sdk_session.get_providers() != raw.get_providers():
-        diff.append(f"providers: edge_sdk {sdk_session.get_providers()}, raw {raw.get_providers()}")
-    return diff
+    """Differences between the two sessions' effective options, graph optimisation level included (empty = same)."""
+    return ort_option_mismatches(sdk_session, raw, ("intra_op_num_threads", "inter_op_num_threads", "execution_mode", "graph_optimization_level"))
 
 
 def image_tensor(images: np.ndarray, hw: int) -> np.ndarray:

@@ -195,6 +195,47 @@ def _feeds_for_raw(feeds: Sequence[Mapping[str, np.ndarray]]) -> list[dict[str, 
     return [{k: np.ascontiguousarray(v) for k, v in f.items()} for f in feeds]
 
 
+_ORT_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
+ORT_SPIN_KEYS = ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning")
+
+
+def raw_ort_session(data: bytes, sopts: Any) -> Any:
+    """An ``onnxruntime.InferenceSession`` of ``data`` built with onnxruntime alone, with the options
+    ``backends/ort.py`` derives from ``sopts`` (threads, inter-op 1, sequential, spinning,
+    optimisation level, providers filtered to the build with CPU last): mirrored here rather than
+    imported, so a raw arm owes nothing to the SDK's session code."""
+    from ..backends.ort import _ort  # the runtime's module (only backends import runtimes)
+
+    ort = _ort()
+    available = ort.get_available_providers()
+    providers = [p for p in dict.fromkeys(sopts.providers) if p in available and p != "CPUExecutionProvider"] + ["CPUExecutionProvider"]
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = sopts.threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    spin = "1" if sopts.allow_spinning else "0"
+    for key in ORT_SPIN_KEYS:
+        so.add_session_config_entry(key, spin)
+    so.log_severity_level = 3
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _ORT_LEVELS[sopts.graph_optimization])
+    return ort.InferenceSession(data, sess_options=so, providers=providers)
+
+
+def ort_option_mismatches(
+    sdk: Any, raw: Any, attrs: Sequence[str] = ("intra_op_num_threads", "inter_op_num_threads", "execution_mode")
+) -> list[str]:
+    """Differences between two ``InferenceSession``s' effective options (``attrs``, the spinning
+    entries, the providers); empty: the same."""
+    a, b = sdk.get_session_options(), raw.get_session_options()
+    diff = [f"{attr}: edge_sdk {getattr(a, attr)}, raw {getattr(b, attr)}" for attr in attrs if getattr(a, attr) != getattr(b, attr)]
+    for key in ORT_SPIN_KEYS:
+        if a.get_session_config_entry(key) != b.get_session_config_entry(key):
+            diff.append(f"{key}: edge_sdk {a.get_session_config_entry(key)}, raw {b.get_session_config_entry(key)}")
+    if sdk.get_providers() != raw.get_providers():
+        diff.append(f"providers: edge_sdk {sdk.get_providers()}, raw {raw.get_providers()}")
+    return diff
+
+
 class RawOrtTarget(Target):
     """``onnxruntime.InferenceSession`` built from ``data`` with the options ``backends/ort.py``
     derives from ``sopts`` (threads, inter-op 1, sequential, spinning, optimisation level,
@@ -202,29 +243,15 @@ class RawOrtTarget(Target):
 
     arm = "raw"
     backend = "onnxruntime"
-    _LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
-    SPIN_KEYS = ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning")
 
     def __init__(self, variant_id: str, data: bytes, sopts: Any, feeds: Sequence[Mapping[str, np.ndarray]], max_batch: int) -> None:
-        from ..backends.ort import _ort  # the runtime's module (only backends import runtimes); nothing else of the SDK
+        from ..backends.ort import _ort
 
-        ort = _ort()
         self.variant_id = variant_id
         self.label = f"{variant_id} [raw]"
         self.max_batch = max_batch
-        available = ort.get_available_providers()
-        providers = [p for p in dict.fromkeys(sopts.providers) if p in available and p != "CPUExecutionProvider"] + ["CPUExecutionProvider"]
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = sopts.threads
-        so.inter_op_num_threads = 1
-        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        spin = "1" if sopts.allow_spinning else "0"
-        for key in self.SPIN_KEYS:
-            so.add_session_config_entry(key, spin)
-        so.log_severity_level = 3
-        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, self._LEVELS[sopts.graph_optimization])
-        self.session = ort.InferenceSession(data, sess_options=so, providers=providers)
-        self.runtime_version = ort.__version__
+        self.session = raw_ort_session(data, sopts)
+        self.runtime_version = _ort().__version__
         self.threads = sopts.threads
         self._feeds = _feeds_for_raw(feeds)
         self._n = len(self._feeds)
@@ -248,17 +275,7 @@ class RawOrtTarget(Target):
         inner = getattr(sdk_session, "_sess", None)
         if inner is None:
             return ["the SDK session exposes no onnxruntime session to compare"]
-        a, b = inner.get_session_options(), self.session.get_session_options()
-        diff = []
-        for attr in ("intra_op_num_threads", "inter_op_num_threads", "execution_mode"):
-            if getattr(a, attr) != getattr(b, attr):
-                diff.append(f"{attr}: edge_sdk {getattr(a, attr)}, raw {getattr(b, attr)}")
-        for key in self.SPIN_KEYS:
-            if a.get_session_config_entry(key) != b.get_session_config_entry(key):
-                diff.append(f"{key}: edge_sdk {a.get_session_config_entry(key)}, raw {b.get_session_config_entry(key)}")
-        if inner.get_providers() != self.session.get_providers():
-            diff.append(f"providers: edge_sdk {inner.get_providers()}, raw {self.session.get_providers()}")
-        return diff
+        return ort_option_mismatches(inner, self.session)
 
 
 class RawLiteRTTarget(Target):
