@@ -427,57 +427,27 @@ class Model:
         pre_ns: int = 0,
         batch: int = 1,
     ) -> Result:
-        if self._cache is not None:
-            return self._finish_cached(feeds, t0, t_ready, top_k, transform, pre_ns, batch)
-        outs = self._session.run(feeds)
+        cache = self._cache
+        if cache is None:
+            outs, hit = self._session.run(feeds), False
+        else:  # a hit does not run the model (inference 0 ms, not recorded); hashing counts as inference on a miss
+            key = cache.key(feeds)
+            outs = cache.get(key)
+            hit = outs is not None
+            if outs is None:
+                outs = self._session.run(feeds)
+                cache.put(key, outs)
         t2 = time.perf_counter_ns()
-        decoded = self._decode_outputs(outs, top_k, transform)
+        decoded = self._decode_outputs(outs, top_k, transform)  # on a hit too: this call's top_k and transform
         t3 = time.perf_counter_ns()
         val_ns, inf_ns, dec_ns, tot_ns = t_ready - t0 - pre_ns, t2 - t_ready, t3 - t2, t3 - t0
         tm = self._tm
         if tm is not None:  # a few list appends, no lock (see edge_sdk.telemetry)
-            tm.record(val_ns, pre_ns, inf_ns, dec_ns, tot_ns)
-        if self._monitor is not None:  # quality monitor: a counter increment unless this call is sampled
-            self._monitor.observe(feeds, outs, decoded)
-        vid, backend, name, version, sha = self._meta
-        return Result(
-            outs,
-            decoded,
-            Timings(val_ns * _NS, pre_ns * _NS, inf_ns * _NS, dec_ns * _NS, tot_ns * _NS),
-            vid,
-            backend,
-            name,
-            version,
-            sha,
-            batch,
-            transform,
-            self.provenance,
-        )
-
-    def _finish_cached(
-        self, feeds: dict[str, np.ndarray], t0: int, t_ready: int, top_k: int | None, transform: Any, pre_ns: int, batch: int
-    ) -> Result:
-        """``_finish`` with the result cache: on a hit the model does not run (inference 0 ms, not
-        recorded); the decoder runs either way, with this call's top_k and transform."""
-        cache = self._cache
-        assert cache is not None
-        key = cache.key(feeds)  # hashing the input counts as inference time on a miss, lookup time on a hit
-        outs = cache.get(key)
-        hit = outs is not None
-        if outs is None:
-            outs = self._session.run(feeds)
-            cache.put(key, outs)
-        t2 = time.perf_counter_ns()
-        decoded = self._decode_outputs(outs, top_k, transform)
-        t3 = time.perf_counter_ns()
-        val_ns, inf_ns, dec_ns, tot_ns = t_ready - t0 - pre_ns, t2 - t_ready, t3 - t2, t3 - t0
-        tm = self._tm
-        if tm is not None:
             if hit:
                 tm.record_cached(val_ns, pre_ns, dec_ns, tot_ns)
             else:
                 tm.record(val_ns, pre_ns, inf_ns, dec_ns, tot_ns)
-        if self._monitor is not None:
+        if self._monitor is not None:  # quality monitor: a counter increment unless this call is sampled
             self._monitor.observe(feeds, outs, decoded)
         vid, backend, name, version, sha = self._meta
         timings = Timings(val_ns * _NS, pre_ns * _NS, 0.0 if hit else inf_ns * _NS, dec_ns * _NS, tot_ns * _NS)
