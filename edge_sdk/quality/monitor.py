@@ -134,10 +134,24 @@ class QualityEvent(NamedTuple):
 
 @dataclass
 class _Indicator:
+    """An alarm with hysteresis: it enters when ``enter`` held, and leaves when ``calm`` held, for
+    ``consecutive`` evaluations in a row (between the two thresholds nothing changes)."""
+
     alarm: bool = False
     streak: int = 0  # evaluations in a row that disagree with the current state
     value: float | None = None
     changes: int = 0
+
+    def step(self, enter: bool, calm: bool, consecutive: int) -> bool:
+        """One evaluation; True when the alarm state changed."""
+        wants_change = (not self.alarm and enter) or (self.alarm and calm)
+        self.streak = self.streak + 1 if wants_change else 0
+        if self.streak < consecutive:
+            return False
+        self.alarm = not self.alarm
+        self.streak = 0
+        self.changes += 1
+        return True
 
 
 class QualityMonitor:
@@ -368,13 +382,8 @@ class QualityMonitor:
     def _step(self, name: str, enter: bool, calm: bool, value: float | None, detail: Mapping[str, Any], requests: int) -> list[QualityEvent]:
         ind = self._ind[name]
         ind.value = value
-        wants_change = (not ind.alarm and enter) or (ind.alarm and calm)
-        ind.streak = ind.streak + 1 if wants_change else 0
-        if ind.streak < self.thresholds.consecutive:
+        if not ind.step(enter, calm, self.thresholds.consecutive):
             return []
-        ind.alarm = not ind.alarm
-        ind.streak = 0
-        ind.changes += 1
         det = {k: ({kk: round(vv, 6) for kk, vv in v.items()} if isinstance(v, dict) else v) for k, v in detail.items()}
         return [QualityEvent("entered" if ind.alarm else "left", name, float(value or 0.0), det, self._n, requests, time.time())]
 

@@ -44,7 +44,7 @@ import numpy as np
 
 from .._listeners import Listeners
 from ..errors import EdgeSDKError, SelectionError
-from .monitor import QualityEvent, _count_value
+from .monitor import QualityEvent, _count_value, _Indicator
 
 _log = logging.getLogger(__name__)
 
@@ -307,8 +307,7 @@ class ShadowChecker:
         self._busy_s = 0.0
         self._ewma_s: float | None = None
         self._ring: collections.deque[bool] = collections.deque(maxlen=window)
-        self._alarm = False
-        self._streak = 0
+        self._ind = _Indicator()  # the shadow_disagreement alarm
         self._listeners: Listeners[QualityEvent] = Listeners(f"shadow checker {self.name}")
         self.events: collections.deque[QualityEvent] = collections.deque(maxlen=256)
         self._c = dict.fromkeys(
@@ -579,18 +578,15 @@ class ShadowChecker:
         if n < self.min_rows:
             return None
         rate = sum(self._ring) / n
-        wants = (not self._alarm and rate < self.threshold) or (self._alarm and rate >= self.exit_threshold)
-        self._streak = self._streak + 1 if wants else 0
-        if self._streak < self.consecutive:
+        self._ind.value = rate
+        if not self._ind.step(rate < self.threshold, rate >= self.exit_threshold, self.consecutive):
             return None
-        self._alarm = not self._alarm
-        self._streak = 0
         detail = {
             "agreement": round(rate, 6), "window_rows": n, "threshold": self.threshold, "exit_threshold": self.exit_threshold,
             "reference": self.reference_label, "primary": self.model.variant.id,
         }  # fmt: skip
         ev = QualityEvent(
-            "entered" if self._alarm else "left", INDICATOR, rate, detail, self._c["rows_checked"], self._requests(), time.time()
+            "entered" if self._ind.alarm else "left", INDICATOR, rate, detail, self._c["rows_checked"], self._requests(), time.time()
         )
         self.events.append(ev)
         return ev
@@ -616,7 +612,7 @@ class ShadowChecker:
     @property
     def alarm(self) -> bool:
         """True while the rolling agreement is in the ``shadow_disagreement`` alarm."""
-        return self._alarm
+        return self._ind.alarm
 
     @property
     def in_flight(self) -> int:
@@ -652,7 +648,7 @@ class ShadowChecker:
             return {
                 "name": self.name, "primary": self.model.variant.id, "reference": self.reference_label, "requests": self._requests(),
                 **self._c, "agreement": (sum(self._ring) / len(self._ring)) if self._ring else None,
-                "agreement_total": self._c["rows_agreed"] / n if n else None, "window_rows": len(self._ring), "alarm": self._alarm,
+                "agreement_total": self._c["rows_agreed"] / n if n else None, "window_rows": len(self._ring), "alarm": self._ind.alarm,
                 "in_flight": self._in_flight, "reference_busy_s": self._busy_s, "uptime_s": time.monotonic() - self._t0,
                 "reference_latency_ms": {f"p{round(q)}": (None if v is None else v * 1e3) for q, v in pct.items()},
                 "errors_by_type": dict(self._error_types),
