@@ -41,7 +41,7 @@ OPTION_CLASSES = [
 ERROR_MODULES = ["edge_sdk.errors", "edge_sdk.pipelines.errors", "edge_sdk.streams.signal", "edge_sdk.remote.errors"]
 OTHER_ERRORS = [
     ("converters.pipeline", "ConvertError"), ("converters.calibration", "CalibrationError"), ("converters.quantize", "QuantizeError"),
-    ("converters.validate", "ValidationError"), ("converters.inspect_model", "InspectError"), ("converters.packaging", "SignatureError"),
+    ("converters.validate", "ValidationError"), ("converters.calibration_quality", "CalibrationQualityError"), ("converters.inspect_model", "InspectError"), ("converters.packaging", "SignatureError"),
     ("tools.fetch_pretrained", "FetchError"), ("edge_sdk.budget.sensors", "SensorUnavailable"),
     ("edge_sdk.budget.governor", "ActionUnavailable"), ("edge_sdk.serve.server", "ServeError"), ("edge_sdk.bench.options", "BenchError"),
     ("edge_sdk.store.store", "StoreError"), ("edge_sdk.store.signing", "SignatureVerificationError"),
