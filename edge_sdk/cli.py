@@ -24,6 +24,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .cli_args import add_common, add_load_arguments, load_kwargs
 from .errors import EdgeSDKError
 
 
@@ -32,54 +33,31 @@ def _percentiles(values: Sequence[float]) -> dict[str, float]:
     return {f"p{q}": round(float(np.percentile(a, q)), 4) for q in (50, 90, 99)} | {"mean": round(float(a.mean()), 4), "n": int(a.size)}
 
 
-def _add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", help="device profile name or .toml path (default: $EDGE_SDK_PROFILE or detected)")
-    p.add_argument("--root", default="/", help="read /proc and /sys from this root (default: /)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of text")
-
-
-def _add_load(p: argparse.ArgumentParser, *, result_cache: bool = False) -> None:
-    p.add_argument("--variant", help="force this variant id")
-    p.add_argument("--threads", type=int, help="override the profile's thread count")
-    p.add_argument("--no-measure", action="store_true", help="do not time tied backends; take the profile's order")
-    add_repro_arguments(p, result_cache=result_cache)
-
-
-def add_repro_arguments(p: argparse.ArgumentParser, *, result_cache: bool = True) -> None:
-    """``--deterministic`` and, for ``predict``, ``--result-cache N`` (not for serve, whose workers
-    run the session directly, nor demo, whose latency loop repeats one image)."""
-    p.add_argument("--deterministic", action="store_true",
-                   help="repeatable results: fixed threads (--threads, else 1) and the runtime's deterministic settings (docs/reproducibility.md)")  # fmt: skip
-    if result_cache:
-        p.add_argument("--result-cache", type=int, default=0, metavar="N",
-                       help="keep the outputs of the last N distinct inputs and answer repeats from them (default 0: off)")  # fmt: skip
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The ``edge-sdk`` argument parser with every subcommand (also used to generate docs/reference.md)."""
     ap = argparse.ArgumentParser(prog="edge-sdk", description="Run ML models on edge devices.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("profile", help="the detected device profile and why, runtimes, providers, sensors")
-    _add_common(p)
+    add_common(p)
     p = sub.add_parser("inspect", help="a package's manifest, variants, digests, and the selection with its reasons")
     p.add_argument("package")
-    _add_common(p)
+    add_common(p)
     p = sub.add_parser("predict", help="run a package on an image file or a .npy tensor")
     p.add_argument("package")
     p.add_argument("input", help="image file (PNG/JPEG/...) or .npy array (or .npz with one array per input name)")
     p.add_argument("--top-k", type=int)
     p.add_argument("--repeat", type=int, default=1, help="run N times and report latency percentiles")
-    _add_common(p)
-    _add_load(p, result_cache=True)
+    add_common(p)
+    add_load_arguments(p, result_cache=True)
     p = sub.add_parser("demo", help="the bundled shapes classifier on bundled images (no camera, no network)")
     p.add_argument("--runs", type=int, default=200, help="timed runs for latency percentiles (default 200)")
-    _add_common(p)
-    _add_load(p)
+    add_common(p)
+    add_load_arguments(p)
     p = sub.add_parser("monitor", help="live temperatures, throttled flags, power rails and governor state (or an app's, with --url)")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between samples (default 1)")
     p.add_argument("--count", type=int, default=0, help="stop after N samples (default 0: until Ctrl-C)")
     p.add_argument("--url", help="scrape this Prometheus endpoint of a running app (e.g. http://127.0.0.1:9100/metrics) instead")
-    _add_common(p)
+    add_common(p)
     from .serve.options import add_arguments as add_serve_arguments
 
     p = sub.add_parser("serve", help="serve packages over the Open Inference Protocol (KServe v2 REST); needs the server extra")
@@ -199,22 +177,6 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     data = {"manifest": m.to_dict(), "manifest_sha256": pkg.manifest_sha256, "profile": det.profile.name, "selection": sel.to_dict()}
     _out(args, data, "\n".join(lines))
     return 0
-
-
-def load_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """``edge_sdk.load`` keyword arguments from the shared ``--root/--variant/--threads/--no-measure/--deterministic/--result-cache`` options."""
-    kw: dict[str, Any] = {"root": args.root}
-    if args.variant:
-        kw["variant"] = args.variant
-    if args.threads:
-        kw["threads"] = args.threads
-    if args.no_measure:
-        kw["measure_backends"] = False
-    if getattr(args, "deterministic", False):
-        kw["deterministic"] = True
-    if getattr(args, "result_cache", 0):
-        kw["result_cache"] = args.result_cache
-    return kw
 
 
 def _load(args: argparse.Namespace, package: Any) -> Any:

@@ -16,6 +16,7 @@ import sys
 import threading
 from pathlib import Path
 
+from ..cli_args import load_kwargs
 from .options import ServeOptions
 
 __all__ = ["read_token", "run"]
@@ -53,8 +54,6 @@ def run(args: argparse.Namespace) -> int:
         token=read_token(args),
     )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from ..cli import load_kwargs
-
     kw = load_kwargs(args)
     models = []
     try:

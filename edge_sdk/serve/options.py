@@ -7,6 +7,8 @@ import argparse
 import math
 from dataclasses import dataclass, field
 
+from ..cli_args import add_repro_arguments
+
 __all__ = ["ServeOptions", "add_arguments"]
 
 
@@ -66,8 +68,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--variant", help="force this variant id (every package must have it)")
     p.add_argument("--threads", type=int, help="override the profile's thread count")
     p.add_argument("--no-measure", action="store_true", help="do not time tied backends; take the profile's order")
-    from ..cli import add_repro_arguments
-
     add_repro_arguments(p, result_cache=False)  # --deterministic
     p.add_argument("--max-batch", type=int, help="rows per model call when the batch dim is dynamic (default: the model's bound; 1: off)")
     p.add_argument("--max-delay-ms", type=float, default=d.max_queue_delay_ms,
