@@ -39,13 +39,15 @@ from edge_sdk.errors import ImageError, InputError
 from edge_sdk.package import PICKLE_SUFFIXES, TensorSpec
 from edge_sdk.validation import InputValidator
 
+from .errors import ConverterError
+
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 VIDEO_SUFFIXES = (".mp4", ".avi", ".mkv", ".mov", ".webm")
 LABELS_CSV = "labels.csv"
 _ACCEPTED = "a folder of images (" + ", ".join(IMAGE_SUFFIXES) + "), a video (" + ", ".join(VIDEO_SUFFIXES) + "), .npy, .npz or .csv"
 
 
-class CalibrationError(ValueError):
+class CalibrationError(ConverterError, ValueError):
     """Calibration/validation data cannot be read or does not fit the model's
     inputs. The message names the file (and sample index or CSV line) and says
     what was expected and what was found."""

@@ -37,6 +37,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .errors import ConverterError
+
 __all__ = [
     "DEFAULT_BINS", "TEMPERATURE_BOUNDS", "CalibrationQualityError", "CalibrationStats", "CalibrationResult",
     "to_probabilities", "log_scores", "calibration_stats", "expected_calibration_error", "fit_temperature",
@@ -49,7 +51,7 @@ _EPS = 1e-12
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 
 
-class CalibrationQualityError(ValueError):
+class CalibrationQualityError(ConverterError, ValueError):
     """Scores, labels or options that calibration cannot be measured on; the message names what was expected."""
 
 

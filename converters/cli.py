@@ -24,6 +24,8 @@ from typing import Any, Sequence
 
 from edge_sdk.errors import EdgeSDKError
 
+from .errors import ConverterError
+
 
 def _onnx_specs(path: Path, dims: dict[str, tuple[int, int]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     from .packaging import SignatureError, onnx_tensor_specs
@@ -316,7 +318,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``edge-convert``: parse ``argv`` (default ``sys.argv[1:]``), run the command and return its exit
-    status (1 on a conversion, calibration or package error, with the message on stderr)."""
+    status (1 on a :class:`~converters.errors.ConverterError`, an :class:`~edge_sdk.errors.EdgeSDKError` or an output
+    that exists, with ``edge-convert: <class>: <message>`` on stderr)."""
     ap = argparse.ArgumentParser(prog="edge-convert", description="Build and check edge_sdk model packages.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("package", help="write a package from model files")
@@ -385,16 +388,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", action="store_true")
 
     args = ap.parse_args(argv)
-    from .calibration import CalibrationError
-    from .inspect_model import InspectError
-    from .pipeline import ConvertError
-    from .quantize import QuantizeError
-    from .validate import ValidationError
-
     handlers = {"package": cmd_package, "verify": cmd_verify, "quantize": cmd_quantize, "validate": cmd_validate, "inspect": cmd_inspect}
     try:
         return handlers[args.cmd](args)
-    except (EdgeSDKError, FileExistsError, ConvertError, CalibrationError, QuantizeError, ValidationError, InspectError) as e:
+    except (EdgeSDKError, ConverterError, FileExistsError) as e:
         print(f"edge-convert: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
 

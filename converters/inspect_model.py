@@ -64,6 +64,8 @@ from typing import Any, Iterable, Iterator, NamedTuple
 from edge_sdk._modelfile import _DTYPE_NAMES, inspect_tflite, scan_onnx, sniff_format
 from edge_sdk.errors import ModelFormatError
 
+from .errors import ConverterError
+
 __all__ = [
     "InspectError",
     "ModeCheck",
@@ -76,7 +78,7 @@ __all__ = [
 MODES = ("int8-static", "int8-dynamic", "int4", "fp16")
 
 
-class InspectError(ValueError):
+class InspectError(ConverterError, ValueError):
     """The file cannot be inspected: missing, not a model, refused or corrupt."""
 
 

@@ -24,8 +24,10 @@ from typing import Any, Mapping
 
 from edge_sdk.package import MANIFEST_NAME, ImagePreprocess, Manifest, ModelPackage, TensorSpec, file_ref
 
+from .errors import ConverterError
 
-class SignatureError(ValueError):
+
+class SignatureError(ConverterError, ValueError):
     """A model's own signature cannot be described in a manifest as given."""
 
 

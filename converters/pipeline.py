@@ -36,12 +36,13 @@ from edge_sdk._modelfile import sniff_format
 from edge_sdk.package import Benchmark, Gate, ImagePreprocess, ModelPackage, Quality, TensorSpec
 
 from .calibration_quality import diagram_name
+from .errors import ConverterError
 from .packaging import SignatureError, onnx_tensor_specs, write_package
 from .quantize import Int4Options, Int8Options, QuantizeError, quantize_target
 from .validate import VariantReport, check_gate, compare, default_gate, validate_package
 
 
-class ConvertError(ValueError):
+class ConvertError(ConverterError, ValueError):
     """The conversion cannot go on; the message says why and what to change."""
 
 
@@ -308,7 +309,7 @@ def _convert(
         rows.append({
             "id": v["id"], "backend": v["backend"], "precision": v["precision"], "file": v["file"], "size": r.size,
             "method": extra.get("method", "fp32 reference (the input model)"), "written": keep,
-            "quality": {k: x for k, x in q.to_dict().items() if k in Quality._NUMS or k == "metric"},
+            "quality": {k: x for k, x in q.to_dict().items() if k in Quality.FIGURES or k == "metric"},
             "gate": {"passed": ok, "thresholds": dict(gate), "failures": list(fails), "forced": not ok and opts.force},
             "latency_ms": r.latency_ms, "reference_latency_ms": r.reference_latency_ms, "slower_than_reference": slower,
             "kept_float_nodes": list(extra.get("kept", ())), "notes": notes,

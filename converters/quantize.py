@@ -22,8 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from .errors import ConverterError
 
-class QuantizeError(ValueError):
+
+class QuantizeError(ConverterError, ValueError):
     """A variant could not be made; the message says which and why."""
 
 

@@ -2,7 +2,7 @@
 
 ``edge-convert quantize`` calls :func:`write_reference_stats` on the calibration and validation
 data with the fp32 reference variant: every sample runs through ``edge_sdk.load(...).predict``
-with a :class:`~edge_sdk.quality.reference.ReferenceBuilder` attached where a monitor would be,
+with a :class:`~edge_sdk.package.reference_stats.ReferenceBuilder` attached where a monitor would be,
 so the summaries are computed by the same code, on the same tensors, as on the device. The file
 goes into the package, covered by sha256 and size in the manifest's ``[reference_stats]`` table.
 
@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from edge_sdk.quality.reference import ReferenceStats, reference_from_model
+from edge_sdk.package.reference_stats import ReferenceStats, reference_from_model
 
 REFERENCE_FILE = "reference_stats.json"
 

@@ -63,6 +63,8 @@ import flatbuffers
 import numpy as np
 import numpy.typing as npt
 
+from .errors import ConverterError
+
 try:
     from ai_edge_litert import schema_py_generated as _schema
 except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -125,7 +127,7 @@ QuantLike = Union["QuantParams", Tuple[float, int]]
 TensorOrArray = Union["Tensor", npt.ArrayLike]
 
 
-class TFLiteBuildError(ValueError):
+class TFLiteBuildError(ConverterError, ValueError):
     """The requested graph cannot be expressed as a valid TFLite model."""
 
 

@@ -34,6 +34,7 @@ import numpy as np
 from edge_sdk.package import ModelPackage, Quality, TensorSpec
 
 from .calibration_quality import DEFAULT_BINS, CalibrationQualityError, CalibrationResult, assess
+from .errors import ConverterError
 
 DEFAULT_GATES: dict[str, dict[str, float]] = {
     # cosine >= 0.99 and top-1 agreement >= 98 % for classification (the issue's defaults)
@@ -44,7 +45,7 @@ MAXIMA = frozenset({"max_abs_error"})  # gate figures that are upper bounds
 SLOWER_MARGIN = 1.03  # "slower than the reference" means over 3 % slower: medians of this size move ~1-2 % run to run
 
 
-class ValidationError(ValueError):
+class ValidationError(ConverterError, ValueError):
     """The data or labels do not fit the package."""
 
 
@@ -59,8 +60,8 @@ def parse_gate(text: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for part in (p.strip() for p in text.split(",") if p.strip()):
         name, _, value = part.partition("=")
-        if name not in Quality._NUMS or not value:
-            raise ValidationError(f"--gate: expected NAME=VALUE with NAME in {list(Quality._NUMS)}, got {part!r}")
+        if name not in Quality.FIGURES or not value:
+            raise ValidationError(f"--gate: expected NAME=VALUE with NAME in {list(Quality.FIGURES)}, got {part!r}")
         try:
             out[name] = float(value)
         except ValueError:

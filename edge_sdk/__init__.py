@@ -15,9 +15,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import errors
+from ._version import __version__
 from .errors import EdgeSDKError
-
-__version__ = "0.1.0"
 
 # Lazy attributes keep `import edge_sdk` cheap (numpy-only modules load on use).
 _LAZY = {

@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Generic, TypeVar
 
+from .errors import OptionsTypeError
+
 E = TypeVar("E")
 _log = logging.getLogger("edge_sdk")
 
@@ -23,7 +25,7 @@ class Listeners(Generic[E]):
     def add(self, callback: Callable[[E], Any]) -> Callable[[], None]:
         """Call ``callback(event)`` on every event from now on; returns a function that removes it."""
         if not callable(callback):
-            raise TypeError(f"callback: expected a callable, got {type(callback).__name__}")
+            raise OptionsTypeError(f"callback: expected a callable, got {type(callback).__name__}")
         self._callbacks.append(callback)
 
         def remove() -> None:

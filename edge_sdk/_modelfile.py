@@ -40,7 +40,7 @@ import struct
 from dataclasses import dataclass
 from typing import Iterator, Union
 
-from .errors import ModelFormatError
+from .errors import ModelFormatError, OptionsError, OptionsTypeError
 
 __all__ = [
     "ExternalRef",
@@ -779,9 +779,9 @@ def scan_onnx(data: Buffer, *, max_depth: int = 64) -> OnnxInfo:
     only for a wrong argument.
     """
     if isinstance(max_depth, bool) or not isinstance(max_depth, int):
-        raise TypeError("max_depth must be an int")
+        raise OptionsTypeError(f"max_depth: expected an int, got {type(max_depth).__name__}")
     if not 1 <= max_depth <= MAX_DEPTH_LIMIT:
-        raise ValueError(f"max_depth must be between 1 and {MAX_DEPTH_LIMIT}, got {max_depth}")
+        raise OptionsError(f"max_depth must be between 1 and {MAX_DEPTH_LIMIT}, got {max_depth}")
     buf = _as_buffer(data)
     if len(buf) == 0:
         raise ModelFormatError("empty file: expected an ONNX ModelProto")

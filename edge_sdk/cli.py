@@ -53,10 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=int, default=200, help="timed runs for latency percentiles (default 200)")
     add_common(p)
     add_load_arguments(p)
+    from .budget.command import add_arguments as add_monitor_arguments
+
     p = sub.add_parser("monitor", help="live temperatures, throttled flags, power rails and governor state (or an app's, with --url)")
-    p.add_argument("--interval", type=float, default=1.0, help="seconds between samples (default 1)")
-    p.add_argument("--count", type=int, default=0, help="stop after N samples (default 0: until Ctrl-C)")
-    p.add_argument("--url", help="scrape this Prometheus endpoint of a running app (e.g. http://127.0.0.1:9100/metrics) instead")
+    add_monitor_arguments(p)
     add_common(p)
     from .serve.options import add_arguments as add_serve_arguments
 
@@ -104,8 +104,8 @@ def _out(args: argparse.Namespace, data: Any, text: str) -> None:
 def cmd_profile(args: argparse.Namespace) -> int:
     """``edge-sdk profile``: print the detected device profile and why, the runtimes and providers available, and the sensors found."""
     from .backends.base import all_backend_status
+    from .budget.discovery import scan
     from .profiles import resolve_profile
-    from .sensors import scan
 
     det = resolve_profile(args.profile, root=args.root)
     backends = all_backend_status()
@@ -283,15 +283,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_monitor(args: argparse.Namespace) -> int:
     """``edge-sdk monitor``: live temperatures, throttled flags, power rails and governor state, from this device's sensors or from
-    ``--url``."""
-    from . import monitor
+    ``--url`` (see :mod:`edge_sdk.budget.command`)."""
+    from .budget.command import run
 
     profile = None
     if args.url is None:
         from .profiles import resolve_profile
 
         profile = resolve_profile(args.profile, root=args.root).profile
-    return monitor.run(profile=profile, root=args.root, interval_s=args.interval, count=args.count, as_json=args.json, url=args.url)
+    return run(args, profile)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -82,6 +82,23 @@ class ResultCacheError(EdgeSDKError, ValueError):
     (stateful manifest, streaming session); the message says why."""
 
 
+# --- options -------------------------------------------------------------------
+
+
+class OptionsError(EdgeSDKError, ValueError):
+    """A setting given to the SDK is out of range or not one of the accepted values.
+
+    Raised for an ``*Options``/``*Policy``/``Budget``/``Thresholds`` field, or an
+    argument that configures behaviour (a rate, size, threshold, mode, a name from
+    a fixed set), when it is checked (usually on construction). The message names
+    the option, what was expected and what was got.
+    """
+
+
+class OptionsTypeError(OptionsError, TypeError):
+    """An option has the wrong type (a str where a number goes, a non-callable callback)."""
+
+
 # --- inputs --------------------------------------------------------------------
 
 

@@ -21,7 +21,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence, Union
 
 import numpy as np
 
@@ -30,19 +30,30 @@ from .backends.base import ModelSource, Session, SessionOptions, all_backend_sta
 from .errors import (
     ImageError,
     InputError,
+    OptionsError,
     ResultCacheError,
     SessionClosedError,
     SignatureMismatchError,
 )
 from .package import ModelPackage, TensorSpec, Variant, default_cache_dir
 from .processing.decoders import Classification, decode_classification
-from .profiles import Detection, DeviceProfile, resolve_profile
+from .profiles import BoardMatch, DeviceProfile, resolve_profile
 from .result_cache import ResultCache, key_prefix
-from .selection import Selection, select_variant
-from .telemetry import ModelTelemetry, Provenance, model_telemetry
+from .selection import Selection, lighter_variants, select_variant
+from .telemetry.core import ModelTelemetry, Provenance, Sample, model_key, model_telemetry
 from .validation import InputValidator
 
+if TYPE_CHECKING:  # pragma: no cover - the decoders load when a model of their kind does
+    from .processing.detection import Detections
+    from .processing.segmentation import SegmentationMask
+
 _NS = 1e-6  # ns -> ms
+
+#: What :attr:`Result.decoded` holds, by the manifest's ``[decoder] kind``: "classification" ->
+#: one tuple of :class:`~edge_sdk.processing.decoders.Classification` per batch row, best first;
+#: "detection" -> :class:`~edge_sdk.processing.detection.Detections`; "segmentation" ->
+#: :class:`~edge_sdk.processing.segmentation.SegmentationMask`; "raw" (and embeddings, audio) -> None.
+Decoded = Union["tuple[tuple[Classification, ...], ...]", "Detections", "SegmentationMask", None]
 
 
 @dataclass(frozen=True)
@@ -97,15 +108,15 @@ class LoadOptions:
 
     def __post_init__(self) -> None:
         if not isinstance(self.deterministic, bool):
-            raise ValueError(f"deterministic: expected True or False, got {self.deterministic!r}")
+            raise OptionsError(f"deterministic: expected True or False, got {self.deterministic!r}")
         if isinstance(self.result_cache, bool) or not isinstance(self.result_cache, int) or self.result_cache < 0:
-            raise ValueError(f"result_cache: expected an int >= 0 (entries; 0 = off), got {self.result_cache!r}")
+            raise OptionsError(f"result_cache: expected an int >= 0 (entries; 0 = off), got {self.result_cache!r}")
         if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
-            raise ValueError(f"threads: expected an int >= 1, got {self.threads!r}")
+            raise OptionsError(f"threads: expected an int >= 1, got {self.threads!r}")
         if self.measure_runs < 1 or self.measure_budget_s <= 0:
-            raise ValueError("measure_runs must be >= 1 and measure_budget_s > 0")
+            raise OptionsError(f"measure_runs / measure_budget_s: expected >= 1 / > 0, got {self.measure_runs} / {self.measure_budget_s}")
         if self.min_cosine is not None and not -1.0 <= self.min_cosine <= 1.0:
-            raise ValueError(f"min_cosine: expected a value in [-1, 1], got {self.min_cosine}")
+            raise OptionsError(f"min_cosine: expected a value in [-1, 1], got {self.min_cosine}")
 
     def session_options(self, profile: DeviceProfile, cache_dir: Path, cpu_count: int | None = None) -> SessionOptions:
         """The profile's runtime settings with these overrides applied. The
@@ -157,7 +168,7 @@ class Result(NamedTuple):
     """
 
     outputs: Mapping[str, np.ndarray]
-    decoded: tuple[tuple[Classification, ...], ...] | None
+    decoded: Decoded
     timings: Timings
     variant_id: str
     backend: str
@@ -234,7 +245,7 @@ class Model:
         variant: Variant,
         session: Session,
         selection: Selection,
-        detection: Detection,
+        detection: BoardMatch,
         options: LoadOptions,
     ) -> None:
         try:
@@ -327,6 +338,35 @@ class Model:
     def __repr__(self) -> str:
         return f"Model({self.manifest.name!r} {self.manifest.version}, variant={self.variant.id!r}, backend={self._session.info.backend!r})"
 
+    # -- for the governor (edge_sdk.budget.actions.SwappableModel) -------------------------
+
+    def lighter_variant_ids(self) -> list[str]:
+        """Variants of this package lighter than the loaded one that this device could run
+        (:func:`edge_sdk.selection.lighter_variants` with this model's profile, memory budget and
+        quality gate), the mildest step first; the governor's LighterVariant step asks this."""
+        det = self.detection
+        return lighter_variants(self.manifest, self.variant.id, det.profile, memory_budget_mb=det.memory_budget_mb, min_cosine=self.options.min_cosine)
+
+    def with_variant(self, variant_id: str) -> "Model":
+        """A new Model: this package's ``variant_id`` on this model's profile, with its other load options (this one stays open)."""
+        return load(self.package, self.detection.profile, replace(self.options, variant=variant_id))
+
+    # -- telemetry: edge_sdk.telemetry Registry.track / EventLog.watch ------------------------
+
+    def telemetry_key(self, name: str | None = None) -> tuple[str, str]:
+        """``Registry.track``: kind "model", keyed by provenance (``name`` is not used)."""
+        return "model", model_key(self.provenance)
+
+    def telemetry_samples(self, label: str | None = None) -> list[Sample]:
+        """``Registry.track``: this model's series (none when loaded with telemetry=False)."""
+        return [] if self._tm is None else self._tm.samples()
+
+    def watch_events(self, emit: Callable[..., Any], *, name: str | None = None, models: Any = None) -> Callable[[], None]:
+        """``EventLog.watch``: this model's errors. ValueError when loaded with telemetry=False."""
+        if self._tm is None:
+            raise ValueError("watch: this model was loaded with telemetry=False, so it reports no events")
+        return self._tm.watch_events(emit)
+
     # -- inference -----------------------------------------------------------------
 
     def predict(self, inputs: np.ndarray | Mapping[str, np.ndarray], *, top_k: int | None = None) -> Result:
@@ -407,7 +447,7 @@ class Model:
             self._failed(e, "predict_prepared")
             raise
 
-    def _decode_outputs(self, outs: Mapping[str, np.ndarray], top_k: int | None, transform: Any) -> Any:
+    def _decode_outputs(self, outs: Mapping[str, np.ndarray], top_k: int | None, transform: Any) -> Decoded:
         if self._cls_output is not None:
             dec = self.manifest.decoder
             return decode_classification(
@@ -483,7 +523,7 @@ class Model:
         """The package's reference statistics (:class:`edge_sdk.quality.ReferenceStats`, read from the
         file the manifest's ``[reference_stats]`` covers by digest, verified again), or None if it has none."""
         if self._reference_stats is False:
-            from .quality.reference import ReferenceStats
+            from .package.reference_stats import ReferenceStats
 
             data = self.package.read_reference_stats()
             self._reference_stats = None if data is None else ReferenceStats.from_json(data, self.manifest.reference_stats.file)

@@ -51,7 +51,7 @@ __all__ = [
     "POWER_SENSORS",
     "PRECISIONS",
     "SCHEMA_VERSION",
-    "Detection",
+    "BoardMatch",
     "DeviceProfile",
     "HardwareFacts",
     "MatchSpec",
@@ -80,7 +80,7 @@ BACKENDS: tuple[str, ...] = ("onnxruntime", "litert")
 GRAPH_OPTIMIZATIONS: tuple[str, ...] = ("disable", "basic", "extended", "all")
 #: Power sensor kinds the budget layer knows how to read.
 POWER_SENSORS: tuple[str, ...] = ("none", "pi5-pmic", "pi-volts", "ina3221", "rapl", "battery")
-#: Values of :attr:`Detection.source`.
+#: Values of :attr:`BoardMatch.source`.
 DETECTION_SOURCES: tuple[str, ...] = ("override-arg", "override-env", "detected", "fallback")
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
@@ -780,8 +780,8 @@ def effective_memory_budget_mb(runtime: RuntimeSpec, mem_total_mb: int | None) -
 
 
 @dataclass(frozen=True)
-class Detection:
-    """The profile in use and why.
+class BoardMatch:
+    """Which board matched: the profile in use and why (what :func:`resolve_profile` and :func:`detect` return).
 
     * ``source``: ``"override-arg"`` (given by the caller), ``"override-env"``
       (``EDGE_SDK_PROFILE``), ``"detected"`` (matched this hardware) or
@@ -899,7 +899,7 @@ def _observed(facts: HardwareFacts) -> str:
     return ", ".join(parts)
 
 
-def _detect_from_facts(facts: HardwareFacts, profiles: Sequence[DeviceProfile]) -> Detection:
+def _detect_from_facts(facts: HardwareFacts, profiles: Sequence[DeviceProfile]) -> BoardMatch:
     arch = facts.machine
     if arch is None:
         raise ProfileError("cannot tell this machine's architecture; pass machine='x86_64' or 'aarch64'")
@@ -938,7 +938,7 @@ def _detect_from_facts(facts: HardwareFacts, profiles: Sequence[DeviceProfile]) 
             reasons.append(f"more specific than {', '.join(sorted(others))}")
         reasons.append(f"architecture {arch} matches the profile")
         reasons += notes
-        return Detection(
+        return BoardMatch(
             profile=chosen.profile,
             facts=facts,
             reasons=tuple(reasons),
@@ -952,7 +952,7 @@ def _detect_from_facts(facts: HardwareFacts, profiles: Sequence[DeviceProfile]) 
     if generic is None:
         raise ProfileError(f"no profile matched and no {generic_name!r} fallback profile is available")
     reasons = [f"no {arch} profile matched ({_observed(facts)}); using {generic_name}", *notes]
-    return Detection(
+    return BoardMatch(
         profile=generic,
         facts=facts,
         reasons=tuple(reasons),
@@ -967,7 +967,7 @@ def detect(
     *,
     machine: str | None = None,
     profiles: Sequence[DeviceProfile] | None = None,
-) -> Detection:
+) -> BoardMatch:
     """Detect the board below ``root`` and choose its profile.
 
     Every non-generic profile is tried (device-tree model substring,
@@ -988,7 +988,7 @@ def resolve_profile(
     root: Union[str, os.PathLike[str]] = "/",
     machine: str | None = None,
     env: Mapping[str, str] | None = None,
-) -> Detection:
+) -> BoardMatch:
     """Choose the profile to use: the argument, else ``$EDGE_SDK_PROFILE``, else :func:`detect`.
 
     ``profile`` may be a DeviceProfile, a bundled name or a path to a .toml
@@ -1021,7 +1021,7 @@ def resolve_profile(
     reasons = [how]
     if facts.machine is not None and facts.machine != chosen.arch:
         reasons.append(f"note: profile is for {chosen.arch} but this machine is {facts.machine}")
-    return Detection(
+    return BoardMatch(
         profile=chosen,
         facts=facts,
         reasons=tuple(reasons),

@@ -30,6 +30,8 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 import numpy as np
 
+from .errors import OptionsError
+
 
 class CacheStats(NamedTuple):
     """Counters of one :class:`ResultCache`: ``hits``, ``misses``, ``evictions`` (LRU drops),
@@ -85,7 +87,7 @@ class ResultCache:
 
     def __init__(self, capacity: int, prefix: bytes, on_lookup: Callable[[bool], Any] | None = None) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-            raise ValueError(f"result_cache: expected an int >= 1 (entries), got {capacity!r}")
+            raise OptionsError(f"result_cache: expected an int >= 1 (entries), got {capacity!r}")
         self.capacity = capacity
         self._prefix = prefix
         self._on_lookup = on_lookup

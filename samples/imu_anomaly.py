@@ -11,7 +11,7 @@ arriving from the sensor: ``--follow`` keeps reading a file an IMU logger is sti
 Every 1 s it classifies the last 2 s (still / walking / running / shaking) and prints an
 anomaly score (> 1: like none of those, e.g. a drop). Missing time (a gap in the timestamps)
 and malformed rows are reported where they happen; ``--strict`` stops at the first one
-(exit 1). The model is samples/data/imu-activity, trained by tools/train_imu.py.
+(exit 1). The model is samples/data/imu-activity, trained by tools/fixtures/train_imu.py.
 """
 
 from __future__ import annotations

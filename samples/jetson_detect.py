@@ -7,7 +7,7 @@ variant on TensorRT / CUDA where onnxruntime has them, on the CPU where it does 
     EDGE_SDK_PROFILE=jetson-orin-nano python samples/jetson_detect.py --input clip.avi   # no camera (CI)
     python samples/jetson_detect.py --short                          # writes a test clip first
 
-The package (tools/face_package.py: MediaPipe's BlazeFace short-range as fp32 TFLite, fp32 ONNX
+The package (tools/fixtures/face_package.py: MediaPipe's BlazeFace short-range as fp32 TFLite, fp32 ONNX
 and fp16 ONNX) is chosen from by edge_sdk for the device profile: the Jetson profiles rank fp16
 first and ask onnxruntime for TensorrtExecutionProvider, CUDAExecutionProvider, then the CPU. The
 sample prints the selection with every reason (``model.selection.explain()``) and the providers the
@@ -70,8 +70,8 @@ def main(argv: list[str]) -> int:
     src = ap.add_mutually_exclusive_group()
     src.add_argument("--camera", help="csi:N, rtsp://..., or an edge_sdk source URI (default: the profile's camera)")
     src.add_argument("--input", type=Path, help="a video file instead of a camera")
-    src.add_argument("--short", action="store_true", help="write a 60-frame test clip (tools/bench_pipeline.py) and use it")
-    ap.add_argument("--package", type=Path, help="face package (default: built and cached by tools/face_package.py)")
+    src.add_argument("--short", action="store_true", help="write a 60-frame test clip (tools/fixtures/face_clip.py) and use it")
+    ap.add_argument("--package", type=Path, help="face package (default: built and cached by tools/fixtures/face_package.py)")
     ap.add_argument("--profile", help="device profile, e.g. jetson-orin-nano (default: $EDGE_SDK_PROFILE or the detected board)")
     ap.add_argument("--variant", help="force a variant, e.g. fp32-tflite (default: the selection's choice)")
     ap.add_argument("--size", default="1280x720", help="capture size WxH asked of a camera (default 1280x720)")
@@ -91,12 +91,12 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="jetson-detect-") as work:
         try:
             if args.short:  # the benchmark's clip: the astronaut's face pasted at known places
-                from tools.bench_pipeline import write_clip
+                from tools.fixtures.face_clip import write_clip
 
                 args.input = Path(work) / "clip.avi"
                 write_clip(args.input, 60)
             if args.package is None:
-                from tools.face_package import face_package
+                from tools.fixtures.face_package import face_package
 
                 args.package = face_package()
             model = edge_sdk.load(args.package, args.profile, variant=args.variant)

@@ -6,7 +6,7 @@ board's thermal budget by the governor, with an annotated video and/or a preview
     python samples/pi_camera_detect.py --input clip.avi --simulate-heat --output out.avi   # no camera (CI)
     python samples/pi_camera_detect.py --short --simulate-heat               # writes a test clip first
 
-The detector is MediaPipe's BlazeFace short-range (tools/face_package.py builds the package once,
+The detector is MediaPipe's BlazeFace short-range (tools/fixtures/face_package.py builds the package once,
 with fp32 TFLite, fp32 ONNX and fp16 ONNX variants; edge_sdk picks one for the device profile).
 Every frame is processed, dropped with a reason, or still in flight; the summary at the end says
 which. ``--simulate-heat`` replaces the board's sensors with edge_sdk's thermal simulator (a fake
@@ -111,8 +111,8 @@ def main(argv: list[str]) -> int:
     src = ap.add_mutually_exclusive_group()
     src.add_argument("--camera", help="picamera2[:N], usb:N, csi:N or an edge_sdk source URI (default: the profile's camera)")
     src.add_argument("--input", type=Path, help="a video file instead of a camera")
-    src.add_argument("--short", action="store_true", help="write a 60-frame test clip (tools/bench_pipeline.py) and use it")
-    ap.add_argument("--package", type=Path, help="face package (default: built and cached by tools/face_package.py)")
+    src.add_argument("--short", action="store_true", help="write a 60-frame test clip (tools/fixtures/face_clip.py) and use it")
+    ap.add_argument("--package", type=Path, help="face package (default: built and cached by tools/fixtures/face_package.py)")
     ap.add_argument("--profile", help="device profile name (default: $EDGE_SDK_PROFILE or the detected board)")
     ap.add_argument("--variant", help="force a variant (default: the selection's choice)")
     ap.add_argument("--output", type=Path, help="write the annotated video here (.avi, MJPG)")
@@ -143,12 +143,12 @@ def run(args: argparse.Namespace, work: Path) -> int:
             return 1
     try:
         if args.short:  # the benchmark's clip: the astronaut's face pasted at known places
-            from tools.bench_pipeline import write_clip
+            from tools.fixtures.face_clip import write_clip
 
             args.input = work / "clip.avi"
             write_clip(args.input, 60)
         if args.package is None:
-            from tools.face_package import face_package
+            from tools.fixtures.face_package import face_package
 
             args.package = face_package()
         model = edge_sdk.load(args.package, args.profile, variant=args.variant)

@@ -51,13 +51,13 @@ def edge_convert(*args: str) -> str:
 
 
 def make_demo_data(workdir: Path) -> dict[str, str]:
-    """The demo's inputs: its fp32 ONNX model, and shapes drawn by tools/train_demo.py (seeds it never
+    """The demo's inputs: its fp32 ONNX model, and shapes drawn by tools/fixtures/train_demo.py (seeds it never
     trained on) as PNGs in class subfolders: 64 for calibration, 48 held out. Small on purpose, so the
     sample runs in seconds; use a few hundred of your own images for a real model."""
     import cv2
 
     from edge_sdk.package import ModelPackage
-    from tools.train_demo import make_split  # in the repository checkout, not in the wheel
+    from tools.fixtures.train_demo import make_split  # in the repository checkout, not in the wheel
 
     demo = ModelPackage.open(edge_sdk.demo_package_path()).manifest
     labels = demo.labels

@@ -13,7 +13,7 @@ printed per stream as they end (``NAME: speech START-END ms``), then a summary.
 WAV files must be 16-bit PCM mono; other sample rates are resampled to 16 kHz. ``--mic`` reads
 16 kHz mono S16_LE PCM from ALSA's ``arecord`` (package alsa-utils); ``--raw FILE|-`` reads the
 same from a file or stdin. The model is Silero VAD 6.2.3, fetched and pinned by
-tools/fetch_pretrained.py (the network is needed once; then it is cached), or --package DIR.
+tools/fixtures/fetch_pretrained.py (the network is needed once; then it is cached), or --package DIR.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ import edge_sdk
 from edge_sdk.streams import StreamRouter
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tools/ fetches and packages the model
-from tools import fetch_pretrained  # noqa: E402
-from tools.vad_package import (  # noqa: E402
+from tools.fixtures import fetch_pretrained  # noqa: E402
+from tools.fixtures.vad_package import (  # noqa: E402
     MAX_BATCH,
     SR,
     VAD,

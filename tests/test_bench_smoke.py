@@ -1,8 +1,8 @@
-"""Smoke test for tools/bench_overhead.py.
+"""Smoke test for tools/bench/bench_overhead.py.
 
-Runs ``main(["--quick", "--json", OUT])`` in a subprocess (fresh interpreter,
-bounded by a timeout) and checks the JSON's shape and sanity: every section is
-there, every latency is a finite positive number, cosines lie in [-1, 1], and
+Runs it as a user does, ``python tools/bench/bench_overhead.py --quick --json OUT``, in a
+subprocess (fresh interpreter, bounded by a timeout) and checks the JSON's shape and sanity:
+every section is there, every latency is a finite positive number, cosines lie in [-1, 1], and
 the fp32-vs-fp32 self-comparison agrees exactly.  Nothing here asserts on
 timing: how fast things run is the benchmark's business, not the tests'.
 """
@@ -33,11 +33,8 @@ TIMEOUT_S = 600  # a quick run takes ~10-40 s; generous for a loaded CI machine
 @pytest.fixture(scope="module")
 def result(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("bench") / "bench.json"
-    code = (
-        f"import sys; sys.path.insert(0, {str(REPO)!r}); from tools.bench_overhead import main; "
-        f"sys.exit(main(['--quick', '--json', {str(out)!r}]))"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S)
+    script = REPO / "tools" / "bench" / "bench_overhead.py"
+    proc = subprocess.run([sys.executable, str(script), "--quick", "--json", str(out)], cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S)
     assert proc.returncode == 0, f"benchmark failed (rc {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     assert "## A." in proc.stdout and "## E." in proc.stdout, proc.stdout[-2000:]
     return json.loads(out.read_text())

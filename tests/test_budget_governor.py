@@ -650,9 +650,7 @@ def test_lighter_variant_swaps_the_model_and_undo_swaps_back_and_closes_it(int8,
     loaded: list[Any] = []
 
     def loader(model: Any, variant_id: str) -> Any:  # the default loader, watched
-        from edge_sdk.budget.governor import _default_loader
-
-        m = _default_loader(model, variant_id)
+        m = model.with_variant(variant_id)
         loaded.append(m)
         return m
 

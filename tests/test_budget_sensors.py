@@ -23,6 +23,7 @@ from typing import Any, Callable
 import pytest
 from conftest import ROOT
 
+from edge_sdk.budget.discovery import scan
 from edge_sdk.budget.sensors import (
     RecordedRunner,
     SensorReader,
@@ -37,7 +38,6 @@ from edge_sdk.budget.sensors import (
 )
 from edge_sdk.budget.types import BatteryReading, RailReading, SensorSnapshot, TempReading
 from edge_sdk.profiles import DeviceProfile, load_profile, resolve_profile
-from edge_sdk.sensors import scan
 
 FIX = ROOT / "tests" / "fixtures" / "budget"
 

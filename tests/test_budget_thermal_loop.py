@@ -1,7 +1,7 @@
 """The closed loop, for real: a real pipeline's inference work heats the RC-simulated SoC through
 a fake sysfs zone; the real SensorReader reads it; the governor acts on the pipeline. Without the
 governor the SoC crosses the hard limit; with it, it stays under soft + hysteresis and keeps
-close to the most throughput that can stay there (tools/bench_thermal.py, short settings)."""
+close to the most throughput that can stay there (tools/fixtures/thermal_loop.py, the loop tools/bench/bench_thermal.py runs, short settings)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import edge_sdk
 from edge_sdk.budget.governor import Budget, Governor, GovernorState
 from edge_sdk.budget.types import SensorSnapshot
 from edge_sdk.pipelines import PipelineOptions, SyntheticSource, VisionPipeline
-from tools.bench_thermal import run
+from tools.fixtures.thermal_loop import run
 
 INTERVAL_S = 0.1
 

@@ -1,7 +1,7 @@
 """Calibration on the device (issue 10): ECE / MCE / Brier / NLL per variant, reliability diagrams, temperature
 scaling fitted at conversion, stored in the manifest and applied by the classification decoder.
 
-Real parts: the demo package's ONNX / LiteRT models, images drawn by tools/train_demo.py (a seed it never trained on,
+Real parts: the demo package's ONNX / LiteRT models, images drawn by tools/fixtures/train_demo.py (a seed it never trained on,
 with pixel noise so the model makes mistakes and is over-confident), ``edge-convert`` as a subprocess, real PNG files."""
 
 from __future__ import annotations
@@ -178,7 +178,7 @@ def _demo_copy(tmp_path: Path, **temps: str) -> Path:
 
 
 def test_package_temperature_scales_the_scores_at_predict_time(tmp_path: Path) -> None:
-    from tools.train_demo import make_split, to_tensor
+    from tools.fixtures.train_demo import make_split, to_tensor
 
     pkg = ModelPackage.open(_demo_copy(tmp_path, **{"fp32-onnx": "2.5", "int8-onnx": "0.75"}))
     m = pkg.manifest
@@ -271,7 +271,7 @@ def test_report_calibration_entry_is_checked_and_drawn(tmp_path: Path) -> None:
 def _noisy_shapes(root: Path, seed: int, n: int, noise: float = 20.0) -> tuple[np.ndarray, np.ndarray]:
     """Drawn shapes in class subfolders with Gaussian pixel noise (sigma ``noise`` grey levels): the demo model gets
     ~70 % of them right and is over-confident on the rest. Returns the images (RGB) and labels as written."""
-    from tools.train_demo import make_split
+    from tools.fixtures.train_demo import make_split
 
     x, y = make_split(seed, n)
     rng = np.random.default_rng(seed)
@@ -291,7 +291,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_validate_cli_reports_ece_and_writes_a_reliability_png_per_variant(tmp_path: Path) -> None:
     import onnxruntime as ort
 
-    from tools.train_demo import to_tensor
+    from tools.fixtures.train_demo import to_tensor
 
     x, y = _noisy_shapes(tmp_path / "data", 2024, 120)
     r = _cli("validate", str(DEMO), "--data", str(tmp_path / "data"), "--quiet", "--report-dir", str(tmp_path / "rep"), cwd=tmp_path)
@@ -327,7 +327,7 @@ def test_validate_cli_reports_ece_and_writes_a_reliability_png_per_variant(tmp_p
 
 
 def test_validate_cli_without_labels_and_with_bad_bins(tmp_path: Path) -> None:
-    from tools.train_demo import make_split, to_tensor
+    from tools.fixtures.train_demo import make_split, to_tensor
 
     x, y = make_split(5, 8)
     np.savez(tmp_path / "nolab.npz", image=to_tensor(x))
@@ -365,7 +365,7 @@ def test_quantize_fits_and_stores_a_temperature_per_variant(tmp_path: Path) -> N
     assert "## Calibration" in md and "![reliability diagram of fp32-onnx](reliability_fp32-onnx.png)" in md
     assert json.loads((res.package / "report.json").read_text())["variants"][0]["calibration"]["n_bins"] == 15
     # the stored T is what the decoder applies
-    from tools.train_demo import to_tensor
+    from tools.fixtures.train_demo import to_tensor
 
     with edge_sdk.load(pkg, variant="int8-onnx", measure_backends=False) as model:
         r = model.predict({"image": to_tensor(xv[:1])})

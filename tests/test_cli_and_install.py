@@ -100,7 +100,7 @@ def test_cli_demo() -> None:
 def test_pretrained_tflite_through_litert_backend(tmp_path: Path) -> None:
     """MediaPipe's face detector (trained weights, fetched from its PyPI wheel and
     pinned by sha256) packaged and run through edge_sdk's LiteRT backend."""
-    from tools.fetch_pretrained import MODELS, fetch
+    from tools.fixtures.fetch_pretrained import MODELS, fetch
 
     name = "mediapipe-face-detection-short-range"
     path = fetch(name)  # raises FetchError (fails the test) when the network is missing

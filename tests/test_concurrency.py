@@ -22,7 +22,7 @@ from edge_sdk.pipelines.sources import SyntheticSource
 from edge_sdk.remote.errors import RemoteUnavailableError
 from edge_sdk.remote.router import Router, RouterOptions
 from edge_sdk.streams import DuplicateStreamError, SignalStreamOptions, StreamRouter
-from tools.soak import WINDOW, Chunks, _frame_pool, accumulator_package
+from tools.fixtures.soak_runs import WINDOW, Chunks, _frame_pool, accumulator_package
 
 PKG = edge_sdk.demo_package_path()
 JOIN_S = 20.0

@@ -33,7 +33,7 @@ def conv_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def shapes_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Drawn shapes in class subfolders (the demo's data, a seed it never trained on)."""
-    from tools.train_demo import make_split
+    from tools.fixtures.train_demo import make_split
 
     root = tmp_path_factory.mktemp("shapes")
     x, y = make_split(4242, 96)
@@ -204,7 +204,7 @@ def test_cli_quantize_exit_codes(shapes_folder: Path, tmp_path: Path) -> None:
 
 
 def test_int4_and_int8_on_the_trained_mlp(tmp_path: Path) -> None:
-    """tools/train_mlp.py's MatMul MLP (97 % on its holdout): int4 MatMulNBits and
+    """tools/fixtures/train_mlp.py's MatMul MLP (97 % on its holdout): int4 MatMulNBits and
     int8 (auto: dynamic for a MatMul-only graph), gated on the .npz labels.
 
     int4 moves ~3 % of this model's decisions (its margins are thin), so the
@@ -258,7 +258,7 @@ def test_pretrained_ppocr_direction_classifier(tmp_path: Path) -> None:
     """A real pretrained model (PP-OCR's text-direction classifier, fetched from
     the rapidocr wheel and pinned): quantized to int8 on text the test renders,
     validated against labels, loaded and run."""
-    from tools.fetch_pretrained import fetch
+    from tools.fixtures.fetch_pretrained import fetch
 
     model = fetch("ppocr-mobile-v2-text-direction-cls")
     x, y = _render_text_lines(64, seed=5)

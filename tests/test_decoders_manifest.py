@@ -32,7 +32,7 @@ ANCHORS = {k: (list(v) if isinstance(v, tuple) else v) for k, v in BLAZEFACE_SHO
 
 def test_blazeface_decoder_from_manifest(tmp_path: Path) -> None:
     skimage = pytest.importorskip("skimage")  # the dev extra installs it; a missing one fails CI's install, not this test
-    from tools.fetch_pretrained import fetch
+    from tools.fixtures.fetch_pretrained import fetch
 
     dec = {"kind": "detection", "format": "blazeface", "outputs": ["regressors", "classificators"], "score_threshold": 0.5,
            "iou_threshold": 0.3, "nms": "weighted", "anchors": ANCHORS}  # fmt: skip

@@ -397,7 +397,7 @@ def face_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[edge_sdk.Mo
     """BlazeFace short-range packaged with its preprocessing declared (RGB 128x128 letterbox,
     [-1, 1] floats, black padding as MediaPipe's BORDER_ZERO) and loaded through the LiteRT backend."""
     from converters.packaging import write_package
-    from tools.fetch_pretrained import fetch
+    from tools.fixtures.fetch_pretrained import fetch
 
     path = fetch(FACE_MODEL)  # raises FetchError (fails the test) when the network is missing
     root = tmp_path_factory.mktemp("face") / "pkg"
@@ -694,7 +694,7 @@ def test_selfie_segmentation_on_the_astronaut(tmp_path: Path) -> None:
     the mask maps back onto her face in both, and nothing lands on the canvas's empty sides."""
     from ai_edge_litert.interpreter import Interpreter
 
-    from tools.fetch_pretrained import fetch
+    from tools.fixtures.fetch_pretrained import fetch
 
     it = Interpreter(model_path=str(fetch("mediapipe-selfie-segmentation")))
     it.allocate_tensors()

@@ -15,7 +15,7 @@ import pytest
 import edge_sdk
 from edge_sdk.pipelines import DROP_REASONS, FrameResult, PipelineOptions, SyntheticSource, VisionPipeline
 from edge_sdk.pipelines.vision import PipelineCounters
-from tools.train_demo import LABELS, draw
+from tools.fixtures.train_demo import LABELS, draw
 
 JOIN_S = 15.0  # every wait on a pipeline is bounded by this
 

@@ -2,7 +2,7 @@
 out of the pinned mediapipe wheel), real photographs (scikit-image's astronaut and coffee) and a
 real video file (MJPG .avi written with cv2.VideoWriter), through VisionPipeline and its sinks.
 
-The clip (tools/bench_pipeline.py, shared with the benchmark): a 320x320 head-and-shoulders crop
+The clip (tools/fixtures/face_clip.py, shared with the benchmark): a 320x320 head-and-shoulders crop
 of the astronaut pasted at native scale on a grey 640x480 canvas at an offset that moves every
 frame, and coffee (no face) on two frames in every ten. Each face frame's expected box is the
 hand-read face box of the 512x512 photo, (182, 82, 270, 176), moved by the paste offset.
@@ -40,7 +40,8 @@ from edge_sdk.pipelines import (  # noqa: E402
     VisionPipeline,
 )
 from edge_sdk.processing.detection import Detections  # noqa: E402
-from tools.bench_pipeline import MODEL_NAME, ClipFrame, box_iou, write_clip, write_face_package  # noqa: E402
+from tools.fixtures.face_clip import ClipFrame, box_iou, write_clip  # noqa: E402
+from tools.fixtures.face_package import MODEL_NAME, write_face_package  # noqa: E402
 
 N_FRAMES = 60
 MIN_IOU = 0.6
@@ -64,7 +65,7 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def face_model(work: Path):
     # Module scope: runs before conftest's per-test cache, so the fetch uses the normal model cache.
-    from tools.fetch_pretrained import fetch
+    from tools.fixtures.fetch_pretrained import fetch
 
     pkg = write_face_package(work / "face-pkg", fetch(MODEL_NAME))
     with edge_sdk.load(pkg, "generic-x86_64", threads=1, delegates=(), cache_dir=work / "cache") as m:

@@ -44,7 +44,7 @@ from edge_sdk.pipelines import (
     csi_pipeline,
     source_from_uri,
 )
-from tools.train_demo import LABELS, draw
+from tools.fixtures.train_demo import LABELS, draw
 
 JOIN_S = 15.0  # every wait on a pipeline is bounded by this
 

@@ -1,7 +1,7 @@
 """Quality on the device: reference statistics and the drift monitor, on real models.
 
 The demo shapes classifier (real ONNX Runtime session) is driven with drawn images
-(tools/train_demo.make_split) darkened step by step and blurred: the monitor must flag the
+(tools/fixtures/train_demo.make_split) darkened step by step and blurred: the monitor must flag the
 drift within a stated number of samples, and must not flag streams drawn from the reference
 distribution (false-alarm rate measured over 20 streams). A sensor model (an MLP over 8
 features) gets an offset on one feature. PSI and KS are checked on hand-computable cases and
@@ -55,7 +55,7 @@ def _tensors(model, images: np.ndarray) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def demo_ref(demo_model) -> ReferenceStats:
-    from tools.train_demo import make_split
+    from tools.fixtures.train_demo import make_split
 
     x, _ = make_split(7, 600)  # the "calibration data"
     return reference_from_model(demo_model, list(_tensors(demo_model, x)[:, None]), source="make_split(7, 600)")
@@ -64,7 +64,7 @@ def demo_ref(demo_model) -> ReferenceStats:
 @pytest.fixture(scope="module")
 def fresh_pool(demo_model) -> np.ndarray:
     """Held-out images of the reference distribution (seeds the reference never saw), model-ready."""
-    from tools.train_demo import make_split
+    from tools.fixtures.train_demo import make_split
 
     return _tensors(demo_model, make_split(20261130, 1200)[0])
 
@@ -152,7 +152,7 @@ def test_ks_by_hand_and_against_scipy() -> None:
 
 
 def test_darkening_step_by_step_is_flagged(demo_model, demo_ref) -> None:
-    from tools.train_demo import make_split
+    from tools.fixtures.train_demo import make_split
 
     mon = _monitor(demo_model, demo_ref)
     try:
@@ -177,7 +177,7 @@ def test_darkening_step_by_step_is_flagged(demo_model, demo_ref) -> None:
 
 
 def test_blur_is_flagged_through_sharpness(demo_model, demo_ref) -> None:
-    from tools.train_demo import make_split
+    from tools.fixtures.train_demo import make_split
 
     mon = _monitor(demo_model, demo_ref, sample_every=2)  # every other request sampled
     try:
@@ -321,7 +321,7 @@ def test_unsampled_requests_cost_a_counter_only(mlp_model) -> None:
 
 
 def test_telemetry_gauges_and_events(demo_model, demo_ref, tmp_path: Path) -> None:
-    from tools.train_demo import make_split
+    from tools.fixtures.train_demo import make_split
 
     mon = _monitor(demo_model, demo_ref, name="shapes-cam")
     reg = Registry()
@@ -420,7 +420,7 @@ def test_detection_model_count_and_box_area(tmp_path: Path) -> None:
     from skimage import data
 
     from converters.packaging import write_package
-    from tools.fetch_pretrained import fetch
+    from tools.fixtures.fetch_pretrained import fetch
 
     write_package(
         tmp_path / "face",

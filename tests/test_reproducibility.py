@@ -1,6 +1,6 @@
 """Deterministic mode (``LoadOptions(deterministic=True)``): what it sets, and what it guarantees,
 shown with real ONNX Runtime and LiteRT sessions on the demo package (fp32 and int8 ONNX, fp32
-TFLite), a MobileNetV2-class ONNX model (tools/mobilenetv2.py) and a wider MLP.
+TFLite), a MobileNetV2-class ONNX model (tools/fixtures/mobilenetv2.py) and a wider MLP.
 
 Guaranteed and asserted (deterministic mode, one device, one runtime version):
   - the same input gives bit-identical outputs on repeated runs and after a fresh load (for ONNX
@@ -37,7 +37,7 @@ BATCH = 8
 def mbv2_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """MobileNetV2 (width 0.5, 96x96, 100 classes; random weights), dynamic batch 1..8."""
     from converters.packaging import write_package
-    from tools.mobilenetv2 import build_mobilenetv2
+    from tools.fixtures.mobilenetv2 import build_mobilenetv2
 
     root = tmp_path_factory.mktemp("mbv2") / "mbv2"
     data = build_mobilenetv2(0.5, 96, 100, seed=0, batch="N").SerializeToString()

@@ -1,6 +1,6 @@
 """The signal samples run as a user runs them (a subprocess, from another folder, PYTHONPATH = the
 repo root): samples/imu_anomaly.py on the shipped demo CSV and its model, samples/vad_stream.py on
-WAV files of real synthesized speech (espeak-ng) with Silero VAD; and tools/train_imu.py
+WAV files of real synthesized speech (espeak-ng) with Silero VAD; and tools/fixtures/train_imu.py
 reproduces the shipped IMU model."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-from tools import fetch_pretrained as fp
-from tools import train_imu as ti
-from tools import vad_package as vp
+from tools.fixtures import fetch_pretrained as fp
+from tools.fixtures import train_imu as ti
+from tools.fixtures import vad_package as vp
 
 IMU = ROOT / "samples" / "imu_anomaly.py"
 VADS = ROOT / "samples" / "vad_stream.py"

@@ -1,7 +1,7 @@
 """The camera samples run as a user runs them (a subprocess, from another folder, PYTHONPATH = the
-repository) on a real video file, with the real BlazeFace package of tools/face_package.py.
+repository) on a real video file, with the real BlazeFace package of tools/fixtures/face_package.py.
 
-The clip (tools/bench_pipeline.write_clip, shared with tests/test_pipeline_faces.py): 60 frames of
+The clip (tools/fixtures/face_clip.write_clip, shared with tests/test_pipeline_faces.py): 60 frames of
 640x480 MJPG, the astronaut's face pasted at a known, moving place on 48 of them, coffee (no face)
 on the other 12.
 
@@ -14,7 +14,7 @@ on the other 12.
 - samples/jetson_detect.py under each Jetson profile on this CPU-only machine: the fp16 ONNX
   variant is chosen, the TensorRT/CUDA providers are reported missing and the CPU fallback is
   said; its faces agree with the fp32 TFLite model's frame by frame.
-- tools/face_package.py: three variants with the expected precisions/backends, cached by digest
+- tools/fixtures/face_package.py: three variants with the expected precisions/backends, cached by digest
   (a rerun reuses the folder, a damaged one is rebuilt).
 """
 
@@ -41,7 +41,8 @@ pytest.importorskip("onnxruntime")
 from conftest import ROOT  # noqa: E402
 
 import edge_sdk  # noqa: E402
-from tools.bench_pipeline import MODEL_NAME, ClipFrame, box_iou, write_clip  # noqa: E402
+from tools.fixtures.face_clip import ClipFrame, box_iou, write_clip  # noqa: E402
+from tools.fixtures.face_package import MODEL_NAME  # noqa: E402
 
 N_FRAMES = 60
 MIN_IOU = 0.6
@@ -55,21 +56,21 @@ JETSON_PROFILES = ["jetson-orin-nano", "jetson-nano"]
 def normal_cache() -> Path:
     # Module scope: runs before conftest's per-test cache, so this is the normal edge_sdk cache,
     # where the fetched model and the built package live (rebuilt only when an input changes).
-    from tools.fetch_pretrained import default_cache_dir
+    from tools.fixtures.fetch_pretrained import default_cache_dir
 
     return default_cache_dir()
 
 
 @pytest.fixture(scope="module")
 def tflite(normal_cache: Path) -> Path:
-    from tools.fetch_pretrained import fetch
+    from tools.fixtures.fetch_pretrained import fetch
 
     return fetch(MODEL_NAME, cache_dir=normal_cache)
 
 
 @pytest.fixture(scope="module")
 def pkg(normal_cache: Path, tflite: Path) -> Path:
-    from tools.face_package import face_package
+    from tools.fixtures.face_package import face_package
 
     return face_package(normal_cache, tflite=tflite)
 
@@ -301,7 +302,7 @@ def test_face_package_variants_and_cache(tflite: Path, tmp_path: Path) -> None:
     import onnx
 
     from edge_sdk.package import ModelPackage
-    from tools.face_package import VARIANTS, face_package
+    from tools.fixtures.face_package import VARIANTS, face_package
 
     t0 = time.perf_counter()
     first = face_package(tmp_path, tflite=tflite)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import ROOT
 
-from edge_sdk.sensors import scan
+from edge_sdk.budget.discovery import scan
 
 FIX = ROOT / "tests" / "fixtures" / "devices"
 

@@ -1,7 +1,7 @@
 """Shadow checks (edge_sdk/quality/shadow.py): a sample of requests also answered by a reference
 (the fp32 variant here, or a server), off the request path, with the agreement rate as telemetry.
 Real models throughout: the demo package's int8 and fp32 variants on images drawn by
-tools/train_demo.make_split, a biased fp32 model and a slow MLP built here, `edge-sdk serve`'s
+tools/fixtures/train_demo.make_split, a biased fp32 model and a slow MLP built here, `edge-sdk serve`'s
 Server on 127.0.0.1."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from edge_sdk.quality.shadow import (
 from edge_sdk.remote.client import RemoteClient
 from edge_sdk.remote.privacy import PrivacyPolicy
 from edge_sdk.telemetry import EventLog, Registry, parse
-from tools.train_demo import make_split
+from tools.fixtures.train_demo import make_split
 
 DEMO = edge_sdk.demo_package_path()
 

@@ -1,4 +1,4 @@
-"""Soak under overload (tools/soak.py), bounded: the demo model in a VisionPipeline on a live
+"""Soak under overload (tools/fixtures/soak_runs.py, run by tools/bench/soak.py), bounded: the demo model in a VisionPipeline on a live
 synthetic source and on looped JPEG files, and StreamRouters (unbatched with 3 producer threads,
 batched) over a stateful running-sum model, each at 2x, 5x and 10x its measured capacity.
 
@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tools.soak import LEVELS, WORKLOADS, Chunks, StateChecker, format_table, run_soak
+from tools.fixtures.soak_runs import LEVELS, WORKLOADS, Chunks, StateChecker, format_table, run_soak
 
 MINUTES = float(os.environ.get("EDGE_SDK_SOAK_MINUTES", "0.4"))
 
@@ -50,7 +50,7 @@ def test_overload_is_real_and_absorbed(report) -> None:
     dropped or skipped, and nothing queues without bound."""
     for r in report["runs"]:
         if r["workload"] == "vision-file":
-            continue  # decoding on the capture thread caps a file source near capacity (see tools/soak.py)
+            continue  # decoding on the capture thread caps a file source near capacity (see tools/fixtures/soak_runs.py)
         assert r["offered_x"] > 1.0, r
         assert sum(r["dropped"].values()) > 0, r
         if r["workload"].startswith("vision"):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from edge_sdk import monitor
+from edge_sdk.budget import command as monitor
 from edge_sdk.budget.governor import Budget, Governor, GovernorState
 from edge_sdk.budget.sensors import RecordedRunner, SensorReader
 from edge_sdk.budget.types import SensorSnapshot
@@ -108,7 +108,7 @@ def _snap(temp: float) -> SensorSnapshot:
 def test_monitor_local_text_and_json_from_a_device_tree(tmp_path: Path) -> None:
     reader = pi4_reader(tmp_path)
     out = io.StringIO()
-    assert monitor.run(profile=reader.profile, reader=reader.read, count=2, interval_s=0.01, out=out, sleep=lambda s: None) == 0
+    assert monitor.watch(profile=reader.profile, reader=reader.read, count=2, interval_s=0.01, out=out, sleep=lambda s: None) == 0
     text = out.getvalue()
     assert text.count("edge-sdk monitor  raspberry-pi-4") == 2
     assert "governor: CRITICAL" in text and "soft 70 C, hard 77 C" in text
@@ -116,7 +116,7 @@ def test_monitor_local_text_and_json_from_a_device_tree(tmp_path: Path) -> None:
     assert "throttled: 0x50005  now: under-voltage, throttled; since boot: under-voltage, throttled" in text
     assert "normal -> critical" in text
     out = io.StringIO()
-    monitor.run(profile=reader.profile, reader=reader.read, count=3, interval_s=0.01, as_json=True, out=out, sleep=lambda s: None)
+    monitor.watch(profile=reader.profile, reader=reader.read, count=3, interval_s=0.01, as_json=True, out=out, sleep=lambda s: None)
     rows = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [r["sample"] for r in rows] == [1, 2, 3]
     assert rows[0]["governor"]["state"] == "critical" and rows[0]["snapshot"]["throttled"]["raw"] == "0x50005"
@@ -133,10 +133,10 @@ def test_monitor_url_shows_a_running_apps_governor(tmp_path: Path) -> None:
     reg.add(governor_samples(gov))
     with MetricsServer(reg) as srv:
         out = io.StringIO()
-        assert monitor.run(url=srv.url, count=1, interval_s=0.01, out=out) == 0
+        assert monitor.watch(url=srv.url, count=1, interval_s=0.01, out=out) == 0
         assert "governor: CONSTRAINED  temp 72.0 C (soft 70, hard 80)" in out.getvalue()
         out = io.StringIO()
-        monitor.run(url=srv.url, count=1, interval_s=0.01, out=out, as_json=True)
+        monitor.watch(url=srv.url, count=1, interval_s=0.01, out=out, as_json=True)
         d = json.loads(out.getvalue())
         assert d["state"] == "constrained" and d["temp_c"] == 72.0 and d["events"]["transition"] == 1
 
@@ -168,7 +168,7 @@ def test_monitor_url_shows_quality_drift_and_shadow_agreement(tmp_path: Path) ->
     import edge_sdk
     from edge_sdk.assets import demo_package_path
     from edge_sdk.quality import QualityMonitor, ShadowChecker, reference_from_model
-    from tools.train_demo import make_split
+    from tools.fixtures.train_demo import make_split
 
     with edge_sdk.load(demo_package_path(), "generic-x86_64", threads=1, cache_dir=tmp_path) as model:
         x, _ = make_split(7, 200)
@@ -190,9 +190,9 @@ def test_monitor_url_shows_quality_drift_and_shadow_agreement(tmp_path: Path) ->
             reg.track(checker)
             with MetricsServer(reg) as srv:
                 out = io.StringIO()
-                assert monitor.run(url=srv.url, count=1, interval_s=0.01, out=out) == 0
+                assert monitor.watch(url=srv.url, count=1, interval_s=0.01, out=out) == 0
                 out_j = io.StringIO()
-                monitor.run(url=srv.url, count=1, interval_s=0.01, out=out_j, as_json=True)
+                monitor.watch(url=srv.url, count=1, interval_s=0.01, out=out_j, as_json=True)
         finally:
             checker.close()
     text = out.getvalue()

@@ -34,6 +34,7 @@ from edge_sdk.remote.privacy import PrivacyPolicy
 from edge_sdk.remote.router import Router, RouterOptions
 from edge_sdk.remote.session import remote_model
 from edge_sdk.telemetry import EDGES_NS, PERCENTILE_ERROR, EventLog, Histogram, MetricsServer, Registry, model_samples, parse
+from edge_sdk.telemetry import core as telemetry_core
 
 prometheus_parser = pytest.importorskip("prometheus_client.parser")
 
@@ -198,7 +199,7 @@ def test_bucket_edges() -> None:
 
     for e in EDGES_NS:
         for v in (math.floor(e) - 1, math.floor(e), math.floor(e) + 1, math.ceil(e)):
-            assert bisect_left(T._EDGES_INT, v) == bisect_left(EDGES_NS, v)
+            assert bisect_left(telemetry_core._EDGES_INT, v) == bisect_left(EDGES_NS, v)
     cum = h.snapshot().cumulative()
     les = [le for le, _ in cum]
     assert les[0] == 1e-6 and les[-2] == 100.0 and les[-1] == math.inf and les == sorted(les) and len(les) == 50
@@ -307,7 +308,7 @@ def test_a_closed_models_series_stay_until_forgotten(tmp_path: Path, model) -> N
     assert quiet.telemetry is None and model.telemetry.requests == before and r.provenance == model.provenance
     quiet.close()
     tm = T.ModelTelemetry(T.Provenance("gone", "1", "0" * 64, "v", "onnxruntime", "onnxruntime", "1", "p"))
-    T._models[tm.provenance] = tm
+    telemetry_core._models[tm.provenance] = tm
     assert T.forget_model(tm) and not T.forget_model(tm) and tm not in T.models()
 
 

@@ -1,4 +1,4 @@
-"""tools/tflite_to_onnx.py: the ONNX translation computes what the TFLite model computes.
+"""tools/fixtures/tflite_to_onnx.py: the ONNX translation computes what the TFLite model computes.
 
 - MediaPipe's BlazeFace short-range (the real .tflite, fetched and sha256-pinned): LiteRT and ONNX
   Runtime on real photographs (scikit-image), preprocessed as the face package's manifest says;
@@ -30,14 +30,14 @@ from ai_edge_litert.interpreter import Interpreter  # noqa: E402
 from conftest import ROOT  # noqa: E402
 
 from converters.tflite_writer import TFLiteBuilder  # noqa: E402
-from tools.tflite_to_onnx import SUPPORTED_OPS, TFLiteToOnnxError, UnsupportedOpError, convert_file, translate  # noqa: E402
+from tools.fixtures.tflite_to_onnx import SUPPORTED_OPS, TFLiteToOnnxError, UnsupportedOpError, convert_file, translate  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def blazeface() -> Path:
     # Module scope: runs before conftest's per-test cache, so the fetch uses the normal model cache.
-    from tools.bench_pipeline import MODEL_NAME
-    from tools.fetch_pretrained import fetch
+    from tools.fixtures.face_package import MODEL_NAME
+    from tools.fixtures.fetch_pretrained import fetch
 
     return fetch(MODEL_NAME)
 
@@ -122,7 +122,7 @@ def test_convert_file_and_cli(blazeface: Path, tmp_path: Path) -> None:
     assert out.is_file() and not (tmp_path / "sub" / "face.onnx.tmp").exists()
     onnx.checker.check_model(onnx.load(str(out)), full_check=True)
     p = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "tflite_to_onnx.py"), str(blazeface), str(tmp_path / "cli.onnx")],
+        [sys.executable, str(ROOT / "tools" / "fixtures" / "tflite_to_onnx.py"), str(blazeface), str(tmp_path / "cli.onnx")],
         capture_output=True, text=True, cwd=tmp_path, timeout=60,
     )  # fmt: skip
     assert p.returncode == 0, p.stderr
@@ -218,7 +218,7 @@ def test_not_a_tflite_file(tmp_path: Path, blazeface: Path) -> None:
     b.output(b.softmax(x), "y")
     bad.write_bytes(b.build())
     p = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "tflite_to_onnx.py"), str(bad), str(tmp_path / "bad.onnx")],
+        [sys.executable, str(ROOT / "tools" / "fixtures" / "tflite_to_onnx.py"), str(bad), str(tmp_path / "bad.onnx")],
         capture_output=True, text=True, cwd=tmp_path, timeout=60,
     )  # fmt: skip
     assert p.returncode == 2 and "unsupported TFLite op SOFTMAX" in p.stderr

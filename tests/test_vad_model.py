@@ -31,8 +31,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from edge_sdk.streams import SignalStream, StreamRouter  # noqa: E402
-from tools import fetch_pretrained as fp  # noqa: E402
-from tools.vad_package import (  # noqa: E402, F401  (shared with samples/vad_stream.py; tests/test_streams.py uses mix via this module)
+from tools.fixtures import fetch_pretrained as fp  # noqa: E402
+from tools.fixtures.vad_package import (  # noqa: E402, F401  (shared with samples/vad_stream.py; tests/test_streams.py uses mix via this module)
     CONTEXT,
     HOP,
     MAX_BATCH,

@@ -40,15 +40,17 @@ OPTION_CLASSES = [
 ]
 ERROR_MODULES = ["edge_sdk.errors", "edge_sdk.pipelines.errors", "edge_sdk.streams.signal", "edge_sdk.remote.errors"]
 OTHER_ERRORS = [
+    ("converters.errors", "ConverterError"),
     ("converters.pipeline", "ConvertError"), ("converters.calibration", "CalibrationError"), ("converters.quantize", "QuantizeError"),
     ("converters.validate", "ValidationError"), ("converters.calibration_quality", "CalibrationQualityError"), ("converters.inspect_model", "InspectError"), ("converters.packaging", "SignatureError"),
-    ("tools.fetch_pretrained", "FetchError"), ("edge_sdk.budget.sensors", "SensorUnavailable"),
+    ("converters.tflite_writer", "TFLiteBuildError"),
+    ("tools.fixtures.fetch_pretrained", "FetchError"), ("edge_sdk.budget.sensors", "SensorUnavailable"),
     ("edge_sdk.budget.governor", "ActionUnavailable"), ("edge_sdk.serve.server", "ServeError"), ("edge_sdk.bench.options", "BenchError"),
     ("edge_sdk.store.store", "StoreError"), ("edge_sdk.store.signing", "SignatureVerificationError"),
     ("edge_sdk.remote.protocol", "ProtocolError"), ("edge_sdk.remote.router", "RouterError"), ("edge_sdk.remote.router", "RouterTimeoutError"),
     ("edge_sdk.backends.sandbox", "SandboxError"), ("edge_sdk.backends.sandbox", "SandboxCrashError"),
     ("edge_sdk.backends.sandbox", "SandboxMemoryError"), ("edge_sdk.backends.sandbox", "SandboxTimeoutError"),
-    ("edge_sdk.backends.sandbox", "SandboxLoadError"), ("edge_sdk.quality.reference", "ReferenceStatsError"),
+    ("edge_sdk.backends.sandbox", "SandboxLoadError"), ("edge_sdk.package.reference_stats", "ReferenceStatsError"),
     ("edge_sdk.quality.shadow", "ShadowError"), ("edge_sdk.quality.shadow", "ShadowMemoryError"),
 ]  # fmt: skip
 

@@ -21,7 +21,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ..errors import BackendUnavailableError, SessionClosedError
+from ..errors import BackendUnavailableError, OptionsError, SessionClosedError
 
 BACKENDS: dict[str, str] = {
     "onnxruntime": "edge_sdk.backends.ort",
@@ -72,9 +72,9 @@ class SessionOptions:
 
     def __post_init__(self) -> None:
         if not isinstance(self.threads, int) or isinstance(self.threads, bool) or self.threads < 1:
-            raise ValueError(f"threads: expected an int >= 1, got {self.threads!r}")
+            raise OptionsError(f"threads: expected an int >= 1, got {self.threads!r}")
         if self.graph_optimization not in GRAPH_OPT_LEVELS:
-            raise ValueError(f"graph_optimization: expected one of {GRAPH_OPT_LEVELS}, got {self.graph_optimization!r}")
+            raise OptionsError(f"graph_optimization: expected one of {GRAPH_OPT_LEVELS}, got {self.graph_optimization!r}")
 
 
 @dataclass(frozen=True)

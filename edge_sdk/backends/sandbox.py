@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..errors import SessionError
+from ..errors import OptionsError, SessionError
 
 #: Memory (MiB) the model load may add on top of the child's footprint after the runtime import.
 DEFAULT_MEMORY_LIMIT_MB = 2048
@@ -147,13 +147,13 @@ def check_load(
     bad arguments.  ``_fault`` is a test hook only.
     """
     if backend not in BACKENDS:
-        raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
+        raise OptionsError(f"backend: expected one of {BACKENDS}, got {backend!r}")
     if (data is None) == (path is None):
         raise ValueError("give exactly one of data= or path=")
     if memory_limit_mb < 64 or time_limit_s <= 0:
-        raise ValueError(f"limits: expected memory_limit_mb >= 64 and time_limit_s > 0, got {memory_limit_mb}, {time_limit_s}")
+        raise OptionsError(f"limits: expected memory_limit_mb >= 64 and time_limit_s > 0, got {memory_limit_mb}, {time_limit_s}")
     if _fault is not None and _fault not in _FAULTS:
-        raise ValueError(f"_fault: expected one of {_FAULTS}, got {_fault!r}")
+        raise OptionsError(f"_fault: expected one of {_FAULTS}, got {_fault!r}")
     cmd = [sys.executable, "-m", "edge_sdk.backends.sandbox", backend, "--memory-mb", str(int(memory_limit_mb))]
     if path is not None:
         cmd += ["--path", str(Path(path).resolve())]

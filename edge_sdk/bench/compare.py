@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from ..errors import OptionsError
 from .stats import median_interval
 
 __all__ = ["compare_reports", "render_comparison"]
@@ -76,7 +77,7 @@ def compare_metric(a: Sequence[float | None], b: Sequence[float | None], metric:
 def compare_reports(a: Mapping[str, Any], b: Mapping[str, Any], *, min_effect: float = 0.05) -> dict[str, Any]:
     """What changed from run ``a`` to run ``b`` and which differences are significant."""
     if not 0 <= min_effect < 10:
-        raise ValueError(f"min_effect: expected a fraction >= 0, got {min_effect!r}")
+        raise OptionsError(f"min_effect: expected a fraction >= 0, got {min_effect!r}")
     settings: list[dict[str, Any]] = []
     for k in sorted(set(a["settings"]) | set(b["settings"])):
         _diff(k, a["settings"].get(k), b["settings"].get(k), settings)

@@ -6,7 +6,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..errors import EdgeSDKError
+from ..errors import EdgeSDKError, OptionsError
 
 __all__ = ["SCENARIOS", "INPUT_MODES", "BenchError", "BenchOptions"]
 
@@ -27,7 +27,7 @@ def _positive(name: str, value: Any, *, integer: bool = False, allow_none: bool 
     ok = isinstance(value, int) if integer else isinstance(value, (int, float))
     if isinstance(value, bool) or not ok or not math.isfinite(value) or value <= 0:
         kind = "an int" if integer else "a number"
-        raise ValueError(f"{name}: expected {kind} > 0{' or None' if allow_none else ''}, got {value!r}")
+        raise OptionsError(f"{name}: expected {kind} > 0{' or None' if allow_none else ''}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -102,16 +102,16 @@ class BenchOptions:
         object.__setattr__(self, "scenarios", scen)
         object.__setattr__(self, "variants", tuple(self.variants))
         if not scen:
-            raise ValueError(f"scenarios: expected at least one of {list(SCENARIOS)}")
+            raise OptionsError(f"scenarios: expected at least one of {list(SCENARIOS)}")
         bad = [s for s in scen if s not in SCENARIOS]
         if bad:
-            raise ValueError(f"scenarios: unknown {bad}; expected names from {list(SCENARIOS)}")
+            raise OptionsError(f"scenarios: unknown {bad}; expected names from {list(SCENARIOS)}")
         if len(set(scen)) != len(scen):
-            raise ValueError(f"scenarios: {list(scen)} names one twice")
+            raise OptionsError(f"scenarios: {list(scen)} names one twice")
         if self.all_variants and self.variants:
-            raise ValueError("variants and all_variants exclude each other")
+            raise OptionsError("variants and all_variants exclude each other")
         if self.input_mode not in INPUT_MODES:
-            raise ValueError(f"input_mode: expected one of {list(INPUT_MODES)}, got {self.input_mode!r}")
+            raise OptionsError(f"input_mode: expected one of {list(INPUT_MODES)}, got {self.input_mode!r}")
         for name in ("duration_s", "fps", "objective_ms", "probe_s", "max_rate_qps", "sample_interval_s", "search_tolerance"):
             _positive(name, getattr(self, name))
         for name in ("repetitions", "pool", "streams", "max_probes", "server_workers", "cold_samples", "keep_samples"):
@@ -121,22 +121,22 @@ class BenchOptions:
         for name in ("deadline_ms", "rate_qps"):
             _positive(name, getattr(self, name), allow_none=True)
         if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
-            raise ValueError(f"warmup: expected an int >= 0, got {self.warmup!r}")
+            raise OptionsError(f"warmup: expected an int >= 0, got {self.warmup!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed: expected an int >= 0, got {self.seed!r}")
+            raise OptionsError(f"seed: expected an int >= 0, got {self.seed!r}")
         if not 50.0 <= self.objective_percentile < 100.0:
-            raise ValueError(f"objective_percentile: expected a percentile in [50, 100), got {self.objective_percentile!r}")
+            raise OptionsError(f"objective_percentile: expected a percentile in [50, 100), got {self.objective_percentile!r}")
         if self.search_tolerance >= 1:
-            raise ValueError(f"search_tolerance: expected a fraction in (0, 1), got {self.search_tolerance!r}")
+            raise OptionsError(f"search_tolerance: expected a fraction in (0, 1), got {self.search_tolerance!r}")
         if self.image_hw is not None:
             hw = tuple(self.image_hw)
             if len(hw) != 2 or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in hw):
-                raise ValueError(f"image_hw: expected (height, width) ints >= 1, got {self.image_hw!r}")
+                raise OptionsError(f"image_hw: expected (height, width) ints >= 1, got {self.image_hw!r}")
             object.__setattr__(self, "image_hw", hw)
         if "server" in scen and not self.search and self.rate_qps is None:
-            raise ValueError("server: without the rate search (search=False) a rate_qps is needed")
+            raise OptionsError("server: without the rate search (search=False) a rate_qps is needed")
         if self.count is not None and self.count < self.repetitions:
-            raise ValueError(f"count: expected at least one query per repetition ({self.repetitions}), got {self.count}")
+            raise OptionsError(f"count: expected at least one query per repetition ({self.repetitions}), got {self.count}")
 
     @property
     def frame_deadline_ms(self) -> float:

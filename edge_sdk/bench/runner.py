@@ -54,7 +54,7 @@ def run_bench(
     wrapper that adds work); ``argv``: the command line, recorded; ``progress``: called with a
     line per step. Raises BenchError (bad variant, nothing runnable), ModelPackageError,
     ProfileError, BackendError."""
-    from .. import __version__
+    from .._version import __version__
     from ..backends.base import all_backend_status
     from ..model import LoadOptions, load
     from ..package import ModelPackage, default_cache_dir

@@ -27,6 +27,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ..errors import OptionsError
 from ..model import max_batch_of
 from ..package import TensorSpec
 
@@ -61,7 +62,7 @@ class InputPool:
 
     def __init__(self, mode: str, size: int, seed: int, image_hw: tuple[int, int] | None = None) -> None:
         if mode not in ("image", "tensor"):
-            raise ValueError(f"mode: expected 'image' or 'tensor', got {mode!r}")
+            raise OptionsError(f"mode: expected 'image' or 'tensor', got {mode!r}")
         self.mode = mode
         self.size = size
         self.seed = seed
@@ -91,7 +92,7 @@ class InputPool:
 
             spec = image_spec_of(specs)
             if spec is None:
-                raise ValueError("image mode needs a model with one image input")
+                raise OptionsError("image mode needs a model with one image input")
             feeds = [{spec.name: preprocess_image(img, spec)[0]} for img in self.images(spec)]
         else:
             rng = np.random.default_rng([self.seed, 2, len(key)])
@@ -145,7 +146,7 @@ class SdkTarget(Target):
         if mode == "image":
             spec = image_spec_of(model.inputs)
             if spec is None:
-                raise ValueError(f"variant {self.variant_id}: image mode needs one image input")
+                raise OptionsError(f"variant {self.variant_id}: image mode needs one image input")
             self._images = pool.images(spec)
             h, w = self._images[0].shape[:2]
             self.input_desc = f"predict_image({h}x{w}x3 uint8 RGB frame)"

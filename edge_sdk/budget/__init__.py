@@ -4,8 +4,12 @@
 - :mod:`edge_sdk.budget.sensors`: read-only readers from a configurable root (``/`` on a device,
   a fake tree in tests) and one replaceable command runner for ``vcgencmd``.
 - :mod:`edge_sdk.budget.governor`: budgets, NORMAL / CONSTRAINED / CRITICAL with hysteresis and
-  dwell, and the ordered ladder of actions.
+  dwell, walking the ordered ladder of actions.
+- :mod:`edge_sdk.budget.actions`: the ladder's steps and the small interface (protocols) that
+  pipelines, routers and engines implement for them, so this package imports none of those.
 - :mod:`edge_sdk.budget.simulator`: a first-order RC thermal model that writes a fake sysfs.
+- :mod:`edge_sdk.budget.discovery`: a one-shot list of the sensors a device exposes (``edge-sdk profile``).
+- :mod:`edge_sdk.budget.command`: the ``edge-sdk monitor`` subcommand (not loaded from here).
 
 The names below are importable from here; the modules load on first use.
 """
@@ -23,15 +27,20 @@ _LAZY = {
     "SensorUnavailable": "sensors",
     "Budget": "governor",
     "Governor": "governor",
-    "GovernorState": "governor",
+    "GovernorState": "types",
     "GovernorEvent": "governor",
-    "Action": "governor",
-    "ActionUnavailable": "governor",
-    "LowerRate": "governor",
-    "LighterVariant": "governor",
-    "Offload": "governor",
-    "PauseLowPriority": "governor",
-    "default_ladder": "governor",
+    "Action": "actions",
+    "ActionUnavailable": "actions",
+    "LowerRate": "actions",
+    "LighterVariant": "actions",
+    "Offload": "actions",
+    "PauseLowPriority": "actions",
+    "default_ladder": "actions",
+    "ActionContext": "actions",
+    "RateTarget": "actions",
+    "ModelTarget": "actions",
+    "PausableTarget": "actions",
+    "SwappableModel": "actions",
     "ThermalModel": "simulator",
     "ThermalSimulator": "simulator",
 }

@@ -87,21 +87,31 @@ too), None when the power is unknown. ``telemetry()`` is one dict for an exporte
 
 from __future__ import annotations
 
-import enum
 import logging
 import math
 import threading
 import time
 from collections import Counter, deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .._listeners import Listeners
-from .types import SensorSnapshot
+from ..errors import OptionsError, OptionsTypeError
+from ..telemetry.core import Provenance, Sample, open_provenances
+from .actions import (
+    Action,
+    ActionContext,
+    ActionUnavailable,
+    LighterVariant,
+    LowerRate,
+    Offload,
+    PauseLowPriority,
+    SwappableModel,
+    default_ladder,
+)
+from .types import GovernorState, SensorSnapshot, finite_number
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..model import Model
-    from ..pipelines.vision import FrameResult, VisionPipeline
     from ..profiles import DeviceProfile
 
 __all__ = [
@@ -134,12 +144,6 @@ EVENT_KINDS = ("transition", "applied", "undone", "skipped", "vetoed", "failed",
 _INFERENCE_HISTORY = 100_000  # bound on the inference samples kept for the energy window
 
 
-def _number(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name}: expected a finite number, got {value!r}")
-    return float(value)
-
-
 # ----------------------------------------------------------------------------------------------
 # budget and state
 
@@ -167,23 +171,23 @@ class Budget:
 
     def __post_init__(self) -> None:
         for name in ("soft_c", "hard_c", "hysteresis_c", "min_dwell_s", "power_window_s", "sample_interval_s"):
-            object.__setattr__(self, name, _number(name, getattr(self, name)))
+            object.__setattr__(self, name, finite_number(name, getattr(self, name)))
         if not self.soft_c < self.hard_c:
-            raise ValueError(f"soft_c: expected soft_c < hard_c ({self.hard_c}), got {self.soft_c}")
+            raise OptionsError(f"soft_c: expected soft_c < hard_c ({self.hard_c}), got {self.soft_c}")
         if self.hysteresis_c < 0:
-            raise ValueError(f"hysteresis_c: expected >= 0, got {self.hysteresis_c}")
+            raise OptionsError(f"hysteresis_c: expected >= 0, got {self.hysteresis_c}")
         if self.min_dwell_s < 0:
-            raise ValueError(f"min_dwell_s: expected >= 0, got {self.min_dwell_s}")
+            raise OptionsError(f"min_dwell_s: expected >= 0, got {self.min_dwell_s}")
         for name in ("power_window_s", "sample_interval_s"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"{name}: expected > 0 seconds, got {getattr(self, name)}")
+                raise OptionsError(f"{name}: expected > 0 seconds, got {getattr(self, name)}")
         if self.power_budget_w is not None:
-            w = _number("power_budget_w", self.power_budget_w)
+            w = finite_number("power_budget_w", self.power_budget_w)
             if w <= 0:
-                raise ValueError(f"power_budget_w: expected watts > 0 or None (no budget), got {w}")
+                raise OptionsError(f"power_budget_w: expected watts > 0 or None (no budget), got {w}")
             object.__setattr__(self, "power_budget_w", w)
         if self.unknown_policy not in UNKNOWN_POLICIES:
-            raise ValueError(f"unknown_policy: expected one of {UNKNOWN_POLICIES}, got {self.unknown_policy!r}")
+            raise OptionsError(f"unknown_policy: expected one of {UNKNOWN_POLICIES}, got {self.unknown_policy!r}")
 
     @classmethod
     def from_profile(cls, profile: "DeviceProfile", **overrides: Any) -> "Budget":
@@ -205,23 +209,6 @@ class Budget:
     def to_dict(self) -> dict[str, Any]:
         """Every field, by name."""
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-
-class GovernorState(str, enum.Enum):
-    """The governor's state, from NORMAL through CONSTRAINED to CRITICAL; a ``str`` enum (the value is the lower-case
-    name)."""
-    NORMAL = "normal"
-    CONSTRAINED = "constrained"
-    CRITICAL = "critical"
-
-    @property
-    def level(self) -> int:
-        """0 (NORMAL), 1 (CONSTRAINED) or 2 (CRITICAL), for comparing states."""
-        return _LEVELS[self]
-
-
-_LEVELS = {GovernorState.NORMAL: 0, GovernorState.CONSTRAINED: 1, GovernorState.CRITICAL: 2}
-_BY_LEVEL = {v: k for k, v in _LEVELS.items()}
 
 
 @dataclass(frozen=True)
@@ -254,244 +241,6 @@ class GovernorEvent:
 # actions
 
 
-class ActionUnavailable(Exception):
-    """Raised by :meth:`Action.apply` when the step cannot be taken now (nothing to slow down, no
-    lighter variant, no remote). The governor records it and tries the next step."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-@dataclass(frozen=True)
-class ActionContext:
-    """What an action is told: the state that asks for it, the snapshot and reason, the governor."""
-
-    state: GovernorState
-    snapshot: SensorSnapshot | None
-    reason: str
-    governor: "Governor"
-
-
-class Action:
-    """One step of the ladder. ``apply(ctx)`` takes the step and returns a detail for the event
-    (raise :class:`ActionUnavailable` to be skipped); ``undo(ctx)`` gives it back (it may return a
-    detail too). The governor calls them from one thread at a time, and undo only after a
-    successful apply. Any object with ``name``, ``apply`` and ``undo`` will do."""
-
-    name: str = "action"
-
-    def apply(self, ctx: ActionContext) -> str:  # pragma: no cover - interface
-        """Take the step; return a detail for the event, or raise :class:`ActionUnavailable` if it cannot be taken now."""
-        raise NotImplementedError
-
-    def undo(self, ctx: ActionContext) -> str | None:  # pragma: no cover - interface
-        """Give the step back (called only after a successful :meth:`apply`); may return a detail for the event."""
-        raise NotImplementedError
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.name!r})"
-
-
-def _pipelines_of(spec: Any) -> Callable[[], list["VisionPipeline"]]:
-    if callable(spec):
-        return lambda: list(spec())
-    fixed = list(spec)
-    return lambda: list(fixed)
-
-
-def _running(p: "VisionPipeline") -> bool:
-    return p.state.value in ("new", "running")
-
-
-def _fps(v: float | None) -> str:
-    return "unlimited" if v is None else f"{v:.3g}"
-
-
-class LowerRate(Action):
-    """Multiply each pipeline's rate limit by ``factor`` (not under ``min_fps``) through
-    ``set_max_fps``; a pipeline without one is limited to ``factor`` x its measured processing rate
-    (``processed_fps``). Undo restores the previous limit (unless the app changed it since).
-    ``pipelines``: the pipelines, or a callable that returns them when the step is taken."""
-
-    name = "lower_rate"
-
-    def __init__(self, pipelines: Any, factor: float = 0.5, min_fps: float = 1.0) -> None:
-        if not 0 < _number("factor", factor) < 1:
-            raise ValueError(f"factor: expected a number in (0, 1), got {factor!r}")
-        if _number("min_fps", min_fps) <= 0:
-            raise ValueError(f"min_fps: expected > 0, got {min_fps!r}")
-        self._pipelines = _pipelines_of(pipelines)
-        self.factor, self.min_fps = float(factor), float(min_fps)
-        self._saved: list[tuple[Any, float | None, float]] = []
-
-    def apply(self, ctx: ActionContext) -> str:
-        saved, notes = [], []
-        for p in self._pipelines():
-            if not _running(p):
-                continue
-            prev = p.max_fps
-            base = prev if prev is not None else p.processed_fps
-            if base is None:
-                notes.append(f"{p.source.name}: no rate measured yet")
-                continue
-            new = max(self.min_fps, base * self.factor)
-            if new >= base:
-                notes.append(f"{p.source.name}: already at {_fps(prev)} fps (min_fps {self.min_fps:g})")
-                continue
-            p.set_max_fps(new)
-            saved.append((p, prev, new))
-        if not saved:
-            raise ActionUnavailable("no pipeline to slow down" + (": " + "; ".join(notes) if notes else ""))
-        self._saved = saved
-        return "; ".join(f"{p.source.name}: max_fps {_fps(prev)} -> {new:.3g}" for p, prev, new in saved)
-
-    def undo(self, ctx: ActionContext) -> str:
-        out = []
-        for p, prev, new in reversed(self._saved):
-            if p.max_fps == new:
-                p.set_max_fps(prev)
-                out.append(f"{p.source.name}: max_fps {new:.3g} -> {_fps(prev)}")
-            else:
-                out.append(f"{p.source.name}: max_fps changed by the app to {_fps(p.max_fps)}; left as is")
-        self._saved = []
-        return "; ".join(out)
-
-
-def _default_loader(model: "Model", variant_id: str) -> "Model":
-    from ..model import load
-
-    return load(model.package, model.detection.profile, replace(model.options, variant=variant_id))
-
-
-class LighterVariant(Action):
-    """Swap each pipeline's model for a lighter variant of the same package
-    (:func:`edge_sdk.selection.lighter_variants`: the mildest step first; a variant that fails to
-    load is passed over for the next). ``loader(model, variant_id) -> Model`` loads it (default:
-    ``edge_sdk.load(model.package, model.detection.profile, variant=variant_id)`` with the model's
-    other load options); pipelines sharing a model share the light one. Undo swaps the original
-    back, waits (up to ``close_timeout_s``) for frames still inferring on the light model, and
-    closes it. The original stays open meanwhile (both are in memory while the step is in
-    effect). Models that are not edge_sdk Models (no package/variant/detection) are left alone."""
-
-    name = "lighter_variant"
-
-    def __init__(self, pipelines: Any, loader: Callable[["Model", str], "Model"] | None = None, close_timeout_s: float = 10.0) -> None:
-        self._pipelines = _pipelines_of(pipelines)
-        self._loader = loader or _default_loader
-        self.close_timeout_s = close_timeout_s
-        self._swaps: list[tuple[Any, Any, Any]] = []  # (pipeline, original, light)
-
-    def apply(self, ctx: ActionContext) -> str:
-        from ..selection import lighter_variants
-
-        loaded: dict[int, Any] = {}
-        swaps, notes = [], []
-        for p in self._pipelines():
-            if not _running(p):
-                continue
-            m = p.model
-            light = loaded.get(id(m))
-            if light is None:
-                try:
-                    manifest, current, det = m.manifest, m.variant.id, m.detection
-                except AttributeError:
-                    notes.append(f"{p.source.name}: {type(m).__name__} is not an edge_sdk Model")
-                    continue
-                budget_mb, min_cos = det.memory_budget_mb, m.options.min_cosine
-                cands = lighter_variants(manifest, current, det.profile, memory_budget_mb=budget_mb, min_cosine=min_cos)
-                if not cands:
-                    notes.append(f"{p.source.name}: {current} is the lightest variant of {manifest.name} for {det.profile.name}")
-                    continue
-                for vid in cands:
-                    try:
-                        light = self._loader(m, vid)
-                        break
-                    except Exception as e:  # a variant that will not load is passed over
-                        notes.append(f"{p.source.name}: {vid} failed to load ({type(e).__name__}: {e})")
-                if light is None:
-                    continue
-                loaded[id(m)] = light
-            p.swap_model(light)
-            swaps.append((p, m, light))
-        if not swaps:
-            raise ActionUnavailable("no lighter variant to swap in" + (": " + "; ".join(notes) if notes else ""))
-        self._swaps = swaps
-        return "; ".join(f"{p.source.name}: {m.variant.id} -> {light.variant.id}" for p, m, light in swaps)
-
-    def undo(self, ctx: ActionContext) -> str:
-        out, lights = [], {}
-        for p, orig, light in reversed(self._swaps):
-            lights[id(light)] = light
-            if p.model is light:
-                p.swap_model(orig)
-                out.append(f"{p.source.name}: {light.variant.id} -> {orig.variant.id}")
-            else:
-                out.append(f"{p.source.name}: model changed by the app since; left as is")
-        for p, _, light in self._swaps:
-            if not p.wait_model_idle(light, self.close_timeout_s):
-                _log.warning("%s: a frame still inferring on %r after %s s; closing it anyway", p.source.name, light, self.close_timeout_s)
-        for light in lights.values():
-            if not any(p.model is light for p, _, _ in self._swaps):
-                light.close()
-        self._swaps = []
-        return "; ".join(out)
-
-
-class Offload(Action):
-    """Send inference to a remote server: ``enable(True)`` to apply, ``enable(False)`` to undo.
-    Unavailable while no remote is configured (``enable`` None)."""
-
-    name = "offload"
-
-    def __init__(self, enable: Callable[[bool], Any] | None = None) -> None:
-        self._enable = enable
-
-    def apply(self, ctx: ActionContext) -> str:
-        if self._enable is None:
-            raise ActionUnavailable("no remote configured")
-        r = self._enable(True)
-        return "offload on" + (f": {r}" if r else "")
-
-    def undo(self, ctx: ActionContext) -> str:
-        r = self._enable(False) if self._enable is not None else None
-        return "offload off" + (f": {r}" if r else "")
-
-
-class PauseLowPriority(Action):
-    """Pause the running pipelines whose ``options.priority`` is "low"; undo resumes the ones it
-    paused."""
-
-    name = "pause_low_priority"
-
-    def __init__(self, pipelines: Any) -> None:
-        self._pipelines = _pipelines_of(pipelines)
-        self._paused: list[Any] = []
-
-    def apply(self, ctx: ActionContext) -> str:
-        ps = [p for p in self._pipelines() if p.options.priority == "low" and not p.paused and _running(p)]
-        if not ps:
-            raise ActionUnavailable("no running low-priority pipeline to pause")
-        for p in ps:
-            p.pause()
-        self._paused = ps
-        return "paused " + ", ".join(p.source.name for p in ps)
-
-    def undo(self, ctx: ActionContext) -> str:
-        for p in self._paused:
-            p.resume()
-        names = ", ".join(p.source.name for p in self._paused)
-        self._paused = []
-        return "resumed " + names
-
-
-def default_ladder(
-    pipelines: Any, *, loader: Callable[["Model", str], "Model"] | None = None, offload: Callable[[bool], Any] | None = None
-) -> list[Action]:
-    """LowerRate -> LighterVariant -> Offload -> PauseLowPriority over ``pipelines``."""
-    return [LowerRate(pipelines), LighterVariant(pipelines, loader), Offload(offload), PauseLowPriority(pipelines)]
-
-
 # ----------------------------------------------------------------------------------------------
 # the governor
 
@@ -521,12 +270,12 @@ class Governor:
         clock: Callable[[], float] = time.monotonic,
         *,
         pipelines: Any = (),
-        loader: Callable[["Model", str], "Model"] | None = None,
+        loader: Callable[[SwappableModel, str], SwappableModel] | None = None,
         offload: Callable[[bool], Any] | None = None,
         max_events: int = 1000,
     ) -> None:
         if not isinstance(budget, Budget):
-            raise TypeError(f"budget: expected a Budget, got {type(budget).__name__}")
+            raise OptionsTypeError(f"budget: expected a Budget, got {type(budget).__name__}")
         self._read = read
         self.budget = budget
         self._clock = clock
@@ -562,7 +311,7 @@ class Governor:
     @staticmethod
     def _check_action(a: Any) -> None:
         if not (isinstance(getattr(a, "name", None), str) and callable(getattr(a, "apply", None)) and callable(getattr(a, "undo", None))):
-            raise TypeError(f"action: expected an object with name, apply(ctx) and undo(ctx), got {a!r}")
+            raise OptionsTypeError(f"action: expected an object with name, apply(ctx) and undo(ctx), got {a!r}")
 
     @property
     def actions(self) -> tuple[Action, ...]:
@@ -621,8 +370,8 @@ class Governor:
             with self._infer_lock:
                 self._inferences.append((self._clock(), float(busy_s)))
 
-    def inference_sink(self) -> Callable[["FrameResult"], None]:
-        """A pipeline sink that feeds :meth:`record_inference` with each result's ``total_ms``."""
+    def inference_sink(self) -> Callable[[Any], None]:
+        """A pipeline sink that feeds :meth:`record_inference` with each FrameResult's ``result.timings.total_ms``."""
         return lambda fr: self.record_inference(fr.result.timings.total_ms / 1000.0)
 
     @property
@@ -667,6 +416,70 @@ class Governor:
             "transitions": transitions,
             "last_events": [e.to_dict() for e in events],
         }
+
+    # -- telemetry: edge_sdk.telemetry Registry.track / EventLog.watch --------------------------------
+
+    def telemetry_key(self, name: str | None = None) -> tuple[str, str]:
+        """``Registry.track``: kind "governor" (one per registry)."""
+        return "governor", name or "governor"
+
+    def telemetry_samples(self, label: str = "governor") -> list[Sample]:
+        """Prometheus samples: the state, the readings of the last sample (every temperature
+        sensor and power rail), the power window, energy per inference, the ladder steps in
+        effect, the count of events by kind and of transitions by from/to state."""
+        t = self.telemetry(last_events=0)
+        snap = self.last_snapshot
+        out = [
+            Sample("edge_sdk_governor_state", 1.0 if t["state"] == s.value else 0.0, "governor state (1 for the current one)", "gauge",
+                   {"state": s.value})
+            for s in GovernorState
+        ]  # fmt: skip
+        out += [
+            Sample("edge_sdk_governor_state_level", t.get("state_level"), "0 normal, 1 constrained, 2 critical", "gauge"),
+            Sample("edge_sdk_temperature_celsius", t.get("temp_c"), "the temperature the budget watches", "gauge"),
+            Sample("edge_sdk_budget_soft_limit_celsius", t.get("soft_c"), "the budget's soft temperature limit", "gauge"),
+            Sample("edge_sdk_budget_hard_limit_celsius", t.get("hard_c"), "the budget's hard temperature limit", "gauge"),
+            Sample("edge_sdk_board_power_watts", t.get("power_w"), "board power, latest reading", "gauge"),
+            Sample("edge_sdk_board_power_window_watts", t.get("power_mean_w"), "board power, mean over the budget window", "gauge"),
+            Sample("edge_sdk_budget_power_watts", t.get("power_budget_w"), "the power budget", "gauge"),
+            Sample("edge_sdk_energy_per_inference_joules", t.get("energy_per_inference_j"), "estimated energy per inference", "gauge"),
+            Sample("edge_sdk_governor_samples_total", t.get("samples"), "sensor samples taken", "counter"),
+        ]
+        applied = set(t.get("applied", ()))
+        for a in self.actions:
+            out.append(Sample("edge_sdk_governor_action_applied", 1.0 if a.name in applied else 0.0, "ladder steps in effect (1) or not (0)",
+                              "gauge", {"action": a.name}))  # fmt: skip
+        for row in t.get("action_counts", ()):
+            out.append(Sample("edge_sdk_governor_action_events_total", row["count"], "ladder events, by action and kind", "counter",
+                              {"action": row["action"], "kind": row["kind"]}))  # fmt: skip
+        counts = t.get("counts", {})
+        for kind in EVENT_KINDS:
+            out.append(Sample("edge_sdk_governor_events_total", counts.get(kind, 0), "governor events, by kind", "counter", {"kind": kind}))
+        for row in t.get("transitions", ()):
+            out.append(Sample("edge_sdk_governor_transitions_total", row["count"], "state transitions, by from and to state", "counter",
+                              {"from": row["from"], "to": row["to"]}))  # fmt: skip
+        if snap is not None:
+            for temp in snap.temps:
+                out.append(Sample("edge_sdk_sensor_temperature_celsius", temp.temp_c, "every temperature sensor read", "gauge",
+                                  {"sensor": temp.name, "source": temp.source}))  # fmt: skip
+            for rail in snap.rails:
+                out.append(Sample("edge_sdk_rail_power_watts", rail.power_w, "power per rail", "gauge", {"rail": rail.name, "source": rail.source}))
+            if snap.throttled is not None:
+                out.append(Sample("edge_sdk_firmware_throttled_flags", snap.throttled.raw, "vcgencmd get_throttled bits (raw)", "gauge"))
+        return out
+
+    def watch_events(self, emit: Callable[..., Any], *, name: str | None = None, models: Sequence[Any] | None = None) -> Callable[[], None]:
+        """``EventLog.watch``: every event, carrying the provenance of ``models`` (default: every
+        model open when the event happens). Returns the unsubscribe."""
+        fixed = None if models is None else [m if isinstance(m, Provenance) else m.provenance for m in models]
+
+        def on_event(ev: GovernorEvent) -> None:
+            emit(
+                "governor", ev.kind, state=ev.state.value, action=ev.action, reason=ev.reason, detail=ev.detail,
+                governor_ms=ev.timestamp_ms, models=fixed if fixed is not None else open_provenances(),
+            )  # fmt: skip
+
+        return self.subscribe(on_event)
 
     # -- deciding ---------------------------------------------------------------------------------
 
@@ -771,9 +584,9 @@ class Governor:
 
     def _next_state(self, cur: GovernorState, a: _Assessment, now: float) -> GovernorState:
         if a.hot > cur.level:
-            return _BY_LEVEL[a.hot]  # up: at once
+            return GovernorState.at_level(a.hot)  # up: at once
         if cur.level > 0 and a.cool_from[cur.level] and now - self._state_since >= self.budget.min_dwell_s:
-            return _BY_LEVEL[cur.level - 1]  # down: one level, after the dwell
+            return GovernorState.at_level(cur.level - 1)  # down: one level, after the dwell
         return cur
 
     def _move_ladder(self, prev: GovernorState, new: GovernorState, a: _Assessment, snap: SensorSnapshot, now: float) -> None:

@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from ..errors import OptionsError
+
 __all__ = ["ThermalModel", "ThermalSimulator"]
 
 
@@ -56,11 +58,11 @@ class ThermalModel:
         for name in ("r_c_per_w", "tau_s"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                raise ValueError(f"{name}: expected a number > 0, got {v!r}")
+                raise OptionsError(f"{name}: expected a number > 0, got {v!r}")
         if not (0 <= self.idle_w <= self.busy_w and math.isfinite(self.busy_w)):
-            raise ValueError(f"expected 0 <= idle_w <= busy_w, got idle_w={self.idle_w!r}, busy_w={self.busy_w!r}")
+            raise OptionsError(f"expected 0 <= idle_w <= busy_w, got idle_w={self.idle_w!r}, busy_w={self.busy_w!r}")
         if not math.isfinite(self.ambient_c):
-            raise ValueError(f"ambient_c: expected a finite number, got {self.ambient_c!r}")
+            raise OptionsError(f"ambient_c: expected a finite number, got {self.ambient_c!r}")
 
     def power_w(self, util: float) -> float:
         """Board power at utilisation ``util`` (clamped to 0..1): linear from ``idle_w`` to ``busy_w``."""
@@ -110,7 +112,7 @@ class ThermalSimulator:
         history: int = 100_000,
     ) -> None:
         if workers < 1:
-            raise ValueError(f"workers: expected >= 1, got {workers!r}")
+            raise OptionsError(f"workers: expected >= 1, got {workers!r}")
         self.model = model or ThermalModel()
         self.zone_dir = Path(root) / "sys" / "class" / "thermal" / f"thermal_zone{zone_index}"
         self.zone_type = zone_type

@@ -1,4 +1,5 @@
-"""Data types shared by the budget modules: what the sensors read, in one snapshot.
+"""Data types shared by the budget modules: what the sensors read, in one snapshot, and the
+governor's state (:class:`GovernorState`, which the actions are told).
 
 Everything here is plain and immutable. A value that could not be read is ``None``
 ("unknown"), never a made-up number; ``SensorSnapshot.unknown`` says what was missing and why.
@@ -8,9 +9,13 @@ Units are in the field names: ``_c`` degrees Celsius, ``_w`` watts, ``_v`` volts
 
 from __future__ import annotations
 
+import enum
+import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
+from typing import Any, Mapping
+
+from ..errors import OptionsError
 
 
 @dataclass(frozen=True)
@@ -119,3 +124,32 @@ class SensorSnapshot:
             "cpu_util_pct": self.cpu_util_pct,
             "unknown": dict(self.unknown),
         }
+
+
+def finite_number(name: str, value: Any) -> float:
+    """``value`` as a float if it is a finite int or float (not a bool); else an error naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise OptionsError(f"{name}: expected a finite number, got {value!r}")
+    return float(value)
+
+
+class GovernorState(str, enum.Enum):
+    """The governor's state, from NORMAL through CONSTRAINED to CRITICAL; a ``str`` enum (the value is the lower-case
+    name)."""
+    NORMAL = "normal"
+    CONSTRAINED = "constrained"
+    CRITICAL = "critical"
+
+    @property
+    def level(self) -> int:
+        """0 (NORMAL), 1 (CONSTRAINED) or 2 (CRITICAL), for comparing states."""
+        return _LEVELS[self]
+
+    @staticmethod
+    def at_level(level: int) -> "GovernorState":
+        """The state of ``level`` (0, 1 or 2)."""
+        return _BY_LEVEL[level]
+
+
+_LEVELS = {GovernorState.NORMAL: 0, GovernorState.CONSTRAINED: 1, GovernorState.CRITICAL: 2}
+_BY_LEVEL = {v: k for k, v in _LEVELS.items()}

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from .._deps import require_cv2
+from ..errors import OptionsError, OptionsTypeError
 from .errors import PipelineStateError, SinkError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -105,7 +106,7 @@ class CallbackSink(Sink):
 
     def __init__(self, fn: Callable[["FrameResult"], Any]) -> None:
         if not callable(fn):
-            raise TypeError(f"CallbackSink: expected a callable, got {type(fn).__name__}")
+            raise OptionsTypeError(f"CallbackSink: expected a callable, got {type(fn).__name__}")
         super().__init__()
         self.fn = fn
 
@@ -226,9 +227,9 @@ class AnnotatedVideoSink(Sink):
 
     def __init__(self, path: str | Path, fps: float, *, fourcc: str = "MJPG", size_wh: tuple[int, int] | None = None) -> None:
         if not (isinstance(fps, (int, float)) and math.isfinite(fps) and fps > 0):
-            raise ValueError(f"fps: expected a number > 0, got {fps!r}")
+            raise OptionsError(f"fps: expected a number > 0, got {fps!r}")
         if len(fourcc) != 4:
-            raise ValueError(f"fourcc: expected 4 characters, got {fourcc!r}")
+            raise OptionsError(f"fourcc: expected 4 characters, got {fourcc!r}")
         super().__init__()
         self.path = Path(path)
         self.fps = float(fps)

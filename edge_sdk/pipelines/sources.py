@@ -49,7 +49,7 @@ from urllib.parse import parse_qs, unquote
 import numpy as np
 
 from .._deps import require_cv2
-from ..errors import EdgeSDKError, MissingDependencyError
+from ..errors import EdgeSDKError, MissingDependencyError, OptionsError, OptionsTypeError
 from .errors import InvalidFrameError, SourceClosedError, SourceError, UnknownSourceError
 
 __all__ = [
@@ -211,15 +211,15 @@ class Backoff:
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_attempts, int) or isinstance(self.max_attempts, bool) or self.max_attempts < 0:
-            raise ValueError(f"max_attempts: expected an int >= 0, got {self.max_attempts!r}")
+            raise OptionsError(f"max_attempts: expected an int >= 0, got {self.max_attempts!r}")
         for name in ("initial_delay_s", "max_delay_s"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
-                raise ValueError(f"{name}: expected a finite number >= 0, got {v!r}")
+                raise OptionsError(f"{name}: expected a finite number >= 0, got {v!r}")
         if not (math.isfinite(self.multiplier) and self.multiplier >= 1):
-            raise ValueError(f"multiplier: expected a number >= 1, got {self.multiplier!r}")
+            raise OptionsError(f"multiplier: expected a number >= 1, got {self.multiplier!r}")
         if self.max_delay_s < self.initial_delay_s:
-            raise ValueError(f"max_delay_s ({self.max_delay_s}) must be >= initial_delay_s ({self.initial_delay_s})")
+            raise OptionsError(f"max_delay_s ({self.max_delay_s}) must be >= initial_delay_s ({self.initial_delay_s})")
 
     def delay_s(self, attempt: int) -> float:
         """Seconds to wait before reconnect attempt ``attempt`` (1-based): ``initial_delay_s * multiplier ** (attempt - 1)``, at most
@@ -249,15 +249,15 @@ class SourceOptions:
     def __post_init__(self) -> None:
         if self.size_wh is not None:
             if len(self.size_wh) != 2 or not all(isinstance(v, int) and v > 0 for v in self.size_wh):
-                raise ValueError(f"size_wh: expected (width, height) positive ints, got {self.size_wh!r}")
+                raise OptionsError(f"size_wh: expected (width, height) positive ints, got {self.size_wh!r}")
         if self.fps is not None and not (isinstance(self.fps, (int, float)) and math.isfinite(self.fps) and self.fps > 0):
-            raise ValueError(f"fps: expected a number > 0, got {self.fps!r}")
+            raise OptionsError(f"fps: expected a number > 0, got {self.fps!r}")
         if self.flip_method not in range(8):
-            raise ValueError(f"flip_method: expected 0..7, got {self.flip_method!r}")
+            raise OptionsError(f"flip_method: expected 0..7, got {self.flip_method!r}")
         if not isinstance(self.reconnect, Backoff):
-            raise ValueError(f"reconnect: expected a Backoff, got {type(self.reconnect).__name__}")
+            raise OptionsTypeError(f"reconnect: expected a Backoff, got {type(self.reconnect).__name__}")
         if not isinstance(self.network_timeout_ms, int) or self.network_timeout_ms <= 0:
-            raise ValueError(f"network_timeout_ms: expected an int > 0, got {self.network_timeout_ms!r}")
+            raise OptionsError(f"network_timeout_ms: expected an int > 0, got {self.network_timeout_ms!r}")
 
 
 class SourceState(str, enum.Enum):
@@ -294,7 +294,7 @@ class FrameSource:
         on_event: Callable[[SourceEvent], None] | None = None,
     ) -> None:
         if color not in ("BGR", "RGB"):
-            raise ValueError(f"color: expected 'BGR' or 'RGB' (grey frames are detected), got {color!r}")
+            raise OptionsError(f"color: expected 'BGR' or 'RGB' (grey frames are detected), got {color!r}")
         self.name = name
         self.color = color
         self.live = bool(live)
@@ -464,7 +464,7 @@ class OpenCVSource(FrameSource):
         on_event: Callable[[SourceEvent], None] | None = None,
     ) -> None:
         if api not in _APIS:
-            raise ValueError(f"api: expected one of {sorted(_APIS)}, got {api!r}")
+            raise OptionsError(f"api: expected one of {sorted(_APIS)}, got {api!r}")
         super().__init__(name or str(target), live=live, on_event=on_event)
         self.target = target
         self.api = api
@@ -797,7 +797,7 @@ class SyntheticSource(FrameSource):
     ) -> None:
         super().__init__(name, color=color, live=live, on_event=on_event)
         if fps is not None and not (math.isfinite(fps) and fps > 0):
-            raise ValueError(f"fps: expected a number > 0, got {fps!r}")
+            raise OptionsError(f"fps: expected a number > 0, got {fps!r}")
         self._frames = frames
         self._timestamps = timestamps_ms
         self.fps = fps

@@ -91,8 +91,10 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
+from ..errors import OptionsError, OptionsTypeError
+from ..telemetry.core import Sample
 from .errors import PipelineError, PipelineStateError, SourceError
 from .sinks import CallbackSink, Sink
 from .sources import Frame, FrameDrop, FrameSource, SourceOptions, SourceState, source_from_uri
@@ -118,7 +120,7 @@ def _now_ms() -> float:
 
 def _check_fps(fps: Any) -> None:
     if fps is not None and not (isinstance(fps, (int, float)) and not isinstance(fps, bool) and math.isfinite(fps) and fps > 0):
-        raise ValueError(f"max_fps: expected a number > 0 or None, got {fps!r}")
+        raise OptionsError(f"max_fps: expected a number > 0 or None, got {fps!r}")
 
 
 def _has_split_api(model: Any) -> bool:
@@ -156,24 +158,24 @@ class PipelineOptions:
 
     def __post_init__(self) -> None:
         if self.drop_policy is not None and self.drop_policy not in DROP_POLICIES:
-            raise ValueError(f"drop_policy: expected one of {DROP_POLICIES} or None, got {self.drop_policy!r}")
+            raise OptionsError(f"drop_policy: expected one of {DROP_POLICIES} or None, got {self.drop_policy!r}")
         for name, hi in (("queue_size", 100_000), ("workers", 64)):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= hi:
-                raise ValueError(f"{name}: expected an int in [1, {hi}], got {v!r}")
+                raise OptionsError(f"{name}: expected an int in [1, {hi}], got {v!r}")
         _check_fps(self.max_fps)
         if self.rate_mode not in RATE_MODES:
-            raise ValueError(f"rate_mode: expected one of {RATE_MODES}, got {self.rate_mode!r}")
+            raise OptionsError(f"rate_mode: expected one of {RATE_MODES}, got {self.rate_mode!r}")
         if self.stop_mode not in STOP_MODES:
-            raise ValueError(f"stop_mode: expected one of {STOP_MODES}, got {self.stop_mode!r}")
+            raise OptionsError(f"stop_mode: expected one of {STOP_MODES}, got {self.stop_mode!r}")
         if self.preprocess not in PREPROCESS_MODES:
-            raise ValueError(f"preprocess: expected one of {PREPROCESS_MODES}, got {self.preprocess!r}")
+            raise OptionsError(f"preprocess: expected one of {PREPROCESS_MODES}, got {self.preprocess!r}")
         if self.priority not in PRIORITIES:
-            raise ValueError(f"priority: expected one of {PRIORITIES}, got {self.priority!r}")
+            raise OptionsError(f"priority: expected one of {PRIORITIES}, got {self.priority!r}")
         if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 1):
-            raise ValueError(f"top_k: expected an int >= 1 or None, got {self.top_k!r}")
+            raise OptionsError(f"top_k: expected an int >= 1 or None, got {self.top_k!r}")
         if not (math.isfinite(self.join_timeout_s) and self.join_timeout_s > 0):
-            raise ValueError(f"join_timeout_s: expected a number > 0, got {self.join_timeout_s!r}")
+            raise OptionsError(f"join_timeout_s: expected a number > 0, got {self.join_timeout_s!r}")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -446,7 +448,7 @@ class VisionPipeline:
         """Call ``callback(drop)`` for every drop too, like ``on_drop`` (on pipeline threads; keep it
         quick; exceptions are logged and ignored). Returns a function that removes it."""
         if not callable(callback):
-            raise TypeError(f"callback: expected a callable, got {type(callback).__name__}")
+            raise OptionsTypeError(f"callback: expected a callable, got {type(callback).__name__}")
         self._drop_listeners.append(callback)
         return lambda: self._drop_listeners.remove(callback) if callback in self._drop_listeners else None
 
@@ -482,7 +484,7 @@ class VisionPipeline:
         "drain" in progress."""
         mode = mode or self.options.stop_mode
         if mode not in STOP_MODES:
-            raise ValueError(f"mode: expected one of {STOP_MODES}, got {mode!r}")
+            raise OptionsError(f"mode: expected one of {STOP_MODES}, got {mode!r}")
         drops: list[FrameDrop] = []
         with self._cond:
             if self._state is PipelineState.NEW:
@@ -561,6 +563,37 @@ class VisionPipeline:
                 preparing=self._preparing,
                 reprepared=self._reprepared,
             )
+
+    # -- telemetry: edge_sdk.telemetry Registry.track / EventLog.watch --------------------------------
+
+    def telemetry_key(self, name: str | None = None) -> tuple[str, str]:
+        """``Registry.track``: kind "pipeline", label ``name`` or the source's name."""
+        return "pipeline", name or self.source.name
+
+    def telemetry_samples(self, label: str | None = None) -> list[Sample]:
+        """Prometheus samples of the frame accounting (:meth:`counters`), label ``pipeline``."""
+        lab = {"pipeline": label or self.source.name}
+        c = self.counters()
+        out = [
+            Sample("edge_sdk_pipeline_frames_in_total", c.frames_in, "frames the source yielded", "counter", lab),
+            Sample("edge_sdk_pipeline_frames_processed_total", c.processed, "frames whose result reached the sinks", "counter", lab),
+            Sample("edge_sdk_pipeline_frames_in_flight", c.in_flight, "frames read and not yet processed or dropped", "gauge", lab),
+            Sample("edge_sdk_pipeline_max_queue_depth", c.max_queue_depth, "the most frames the queue ever held", "gauge", lab),
+        ]
+        out += [
+            Sample("edge_sdk_pipeline_frames_dropped_total", n, "frames dropped, by reason", "counter", {**lab, "reason": r})
+            for r, n in c.dropped.items()
+        ]
+        return out
+
+    def watch_events(self, emit: Callable[..., Any], *, name: str | None = None, models: Sequence[Any] | None = None) -> Callable[[], None]:
+        """``EventLog.watch``: every drop, with its reason and the current model's provenance. Returns the unsubscribe."""
+        label = name or self.source.name
+
+        def on_drop(d: FrameDrop) -> None:
+            emit("pipeline", "drop", pipeline=label, reason=d.reason, frame=d.index, detail=d.detail, provenance=getattr(self.model, "provenance", None))
+
+        return self.add_drop_listener(on_drop)
 
     def __repr__(self) -> str:
         return f"VisionPipeline({self.source!r}, policy={self.drop_policy!r}, workers={self.options.workers}, preprocess={self.preprocess!r}, {self._state.value})"

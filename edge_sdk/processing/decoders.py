@@ -7,6 +7,8 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
+from ..errors import OptionsError
+
 
 class Classification(NamedTuple):
     """One class of a classification result: index, label (or ``str(index)``), score in [0, 1].
@@ -45,7 +47,7 @@ def decode_classification(
         s = s.reshape(s.shape[0], -1)
     if temperature != 1.0:
         if not (math.isfinite(temperature) and temperature > 0):
-            raise ValueError(f"decode_classification: temperature must be a finite number > 0, got {temperature!r}")
+            raise OptionsError(f"decode_classification: temperature must be a finite number > 0, got {temperature!r}")
         if not apply_softmax:  # probabilities: scale their logarithm
             s = np.log(np.maximum(s.astype(np.float64), 1e-12))
             apply_softmax = True

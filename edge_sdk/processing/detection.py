@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, NamedTuple, 
 
 import numpy as np
 
+from ..errors import OptionsError
+
 if TYPE_CHECKING:  # only for annotations: image.py is not needed to decode
     from .image import ImageTransform
 
@@ -399,7 +401,7 @@ def _check_classes(class_ids: Any, n: int, where: str) -> np.ndarray | None:
 
 def _check_threshold(t: float, where: str) -> float:
     if not (isinstance(t, (int, float, np.floating)) and 0.0 <= float(t) <= 1.0):
-        raise ValueError(f"{where}: iou_threshold: expected a number in [0, 1], got {t!r}")
+        raise OptionsError(f"{where}: iou_threshold: expected a number in [0, 1], got {t!r}")
     return float(t)
 
 
@@ -407,7 +409,7 @@ def _check_max(m: int | None, where: str) -> int | None:
     if m is None:
         return None
     if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
-        raise ValueError(f"{where}: max_detections: expected None or an int >= 1, got {m!r}")
+        raise OptionsError(f"{where}: max_detections: expected None or an int >= 1, got {m!r}")
     return int(m)
 
 
@@ -574,15 +576,15 @@ def ssd_anchors(
     in_h, in_w = (int(v) for v in input_size_hw)
     strides = [int(s) for s in strides]
     if in_h < 1 or in_w < 1:
-        raise ValueError(f"ssd_anchors: input_size_hw must be positive, got {input_size_hw}")
+        raise OptionsError(f"ssd_anchors: input_size_hw must be positive, got {input_size_hw}")
     if len(strides) != num_layers:
-        raise ValueError(f"ssd_anchors: expected {num_layers} strides (num_layers), got {len(strides)}")
+        raise OptionsError(f"ssd_anchors: expected {num_layers} strides (num_layers), got {len(strides)}")
     if feature_map_hw is not None and len(feature_map_hw) != num_layers:
-        raise ValueError(f"ssd_anchors: expected {num_layers} feature_map_hw entries, got {len(feature_map_hw)}")
+        raise OptionsError(f"ssd_anchors: expected {num_layers} feature_map_hw entries, got {len(feature_map_hw)}")
     if any(s < 1 for s in strides):
-        raise ValueError(f"ssd_anchors: strides must be >= 1, got {strides}")
+        raise OptionsError(f"ssd_anchors: strides must be >= 1, got {strides}")
     if not aspect_ratios:
-        raise ValueError("ssd_anchors: aspect_ratios must not be empty")
+        raise OptionsError("ssd_anchors: aspect_ratios must not be empty")
     n_strides = len(strides)
     out: list[np.ndarray] = []
     layer = 0
@@ -667,9 +669,9 @@ def _hw(size: int | tuple[int, int], where: str) -> tuple[int, int]:
     try:
         h, w = size  # type: ignore[misc]
     except (TypeError, ValueError):
-        raise ValueError(f"{where}: input_size: expected an int or (height, width), got {size!r}") from None
+        raise OptionsError(f"{where}: input_size: expected an int or (height, width), got {size!r}") from None
     if int(h) < 1 or int(w) < 1:
-        raise ValueError(f"{where}: input_size: expected positive sizes, got {size!r}")
+        raise OptionsError(f"{where}: input_size: expected positive sizes, got {size!r}")
     return int(h), int(w)
 
 
@@ -756,7 +758,7 @@ def decode_blazeface(
     if anc.shape != (n, 4):
         raise ValueError(f"decode_blazeface: anchors: expected [{n}, 4] for {n} regressor rows, got {list(anc.shape)}")
     if not 0.0 <= score_threshold <= 1.0:
-        raise ValueError(f"decode_blazeface: score_threshold: expected [0, 1], got {score_threshold}")
+        raise OptionsError(f"decode_blazeface: score_threshold: expected [0, 1], got {score_threshold}")
     scores = _sigmoid(cls.reshape(n).astype(np.float64))
     keep = np.flatnonzero(scores >= score_threshold)
     k = (reg.shape[1] - 4) // 2
@@ -838,9 +840,9 @@ def decode_yolo(
     clipped to it (``clip``). ``labels[class_id]`` names each detection.
     """
     if layout not in YOLO_LAYOUTS:
-        raise ValueError(f"decode_yolo: layout: expected one of {list(YOLO_LAYOUTS)}, got {layout!r}")
+        raise OptionsError(f"decode_yolo: layout: expected one of {list(YOLO_LAYOUTS)}, got {layout!r}")
     if not 0.0 <= score_threshold <= 1.0:
-        raise ValueError(f"decode_yolo: score_threshold: expected [0, 1], got {score_threshold}")
+        raise OptionsError(f"decode_yolo: score_threshold: expected [0, 1], got {score_threshold}")
     out = np.asarray(output)
     if out.ndim == 3:
         if out.shape[0] != 1:
@@ -888,7 +890,7 @@ def decode_yolo(
     size = None if input_size is None else _hw(input_size, "decode_yolo")
     if normalized:
         if size is None:
-            raise ValueError("decode_yolo: normalized=True needs input_size=(height, width) to get pixels")
+            raise OptionsError("decode_yolo: normalized=True needs input_size=(height, width) to get pixels")
         boxes *= (size[1], size[0], size[1], size[0])
     ok = (boxes[:, 2] >= boxes[:, 0]) & (boxes[:, 3] >= boxes[:, 1]) & np.isfinite(boxes).all(1)
     boxes, score, cid = boxes[ok], score[ok], cid[ok]

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from ..errors import OptionsError
+
 if TYPE_CHECKING:
     from .image import ImageTransform
 
@@ -178,13 +180,13 @@ def decode_segmentation(
     ValueError for a shape that does not match the layout.
     """
     if layout not in SEGMENTATION_LAYOUTS:
-        raise ValueError(f"decode_segmentation: layout: expected one of {list(SEGMENTATION_LAYOUTS)}, got {layout!r}")
+        raise OptionsError(f"decode_segmentation: layout: expected one of {list(SEGMENTATION_LAYOUTS)}, got {layout!r}")
     if activation not in _ACTIVATIONS:
-        raise ValueError(f"decode_segmentation: activation: expected one of {list(_ACTIVATIONS)}, got {activation!r}")
+        raise OptionsError(f"decode_segmentation: activation: expected one of {list(_ACTIVATIONS)}, got {activation!r}")
     if upsample not in _UPSAMPLE:
-        raise ValueError(f"decode_segmentation: upsample: expected one of {list(_UPSAMPLE)}, got {upsample!r}")
+        raise OptionsError(f"decode_segmentation: upsample: expected one of {list(_UPSAMPLE)}, got {upsample!r}")
     if not 0.0 <= threshold <= 1.0:
-        raise ValueError(f"decode_segmentation: threshold: expected [0, 1], got {threshold}")
+        raise OptionsError(f"decode_segmentation: threshold: expected [0, 1], got {threshold}")
     out = np.asarray(output)
     want_rank = 3 if layout == "NHW" else 4
     if out.ndim == want_rank:
@@ -215,7 +217,7 @@ def decode_segmentation(
         c = scores.shape[2]
         if c == 1:
             if activation == "softmax":
-                raise ValueError("decode_segmentation: softmax over one channel is always 1; use 'sigmoid' for binary logits")
+                raise OptionsError("decode_segmentation: activation: softmax over one channel is always 1; use 'sigmoid' for binary logits")
             if activation == "sigmoid":
                 scores = 1.0 / (1.0 + np.exp(-np.clip(scores, -60.0, 60.0)))
             labels = labels or ("background", "foreground")

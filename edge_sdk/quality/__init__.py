@@ -2,8 +2,8 @@
 monitor that flags drift, low confidence and schema violations, and shadow checks against a
 reference (see docs/quality.md)."""
 
+from ..package.reference_stats import Extractor, ReferenceBuilder, ReferenceStats, ReferenceStatsError, Summary, reference_from_model
 from .monitor import MonitorThresholds, QualityEvent, QualityMonitor, ks_pvalue, ks_statistic, psi, quality_samples
-from .reference import Extractor, ReferenceBuilder, ReferenceStats, ReferenceStatsError, Summary, reference_from_model
 from .shadow import ShadowChecker, ShadowError, ShadowMemoryError
 
 __all__ = [

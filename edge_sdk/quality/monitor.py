@@ -9,7 +9,7 @@ it keeps one number per summary per sampled row, and reports only statistics.
 
 Cost: a request that is not sampled costs one counter increment (``next()`` on an
 ``itertools.count``, atomic under the GIL); a sampled one costs O(input size) numpy (the
-summaries of :class:`~edge_sdk.quality.reference.Extractor`) plus a ring-buffer write; every
+summaries of :class:`~edge_sdk.package.reference_stats.Extractor`) plus a ring-buffer write; every
 ``evaluate_every`` sampled rows the indicators are recomputed over the window (O(window log window)).
 """
 
@@ -27,7 +27,9 @@ from typing import Any, Callable, Mapping, NamedTuple
 import numpy as np
 
 from .._listeners import Listeners
-from .reference import Extractor, ReferenceStats, ReferenceStatsError, bin_index
+from ..errors import OptionsError
+from ..package.reference_stats import Extractor, ReferenceStats, ReferenceStatsError, bin_index
+from ..telemetry.core import Sample
 
 _log = logging.getLogger(__name__)
 
@@ -110,11 +112,11 @@ class MonitorThresholds:
             (self.ks_alpha, self.ks_exit_alpha, "ks_alpha < ks_exit_alpha"),
         ):
             if not (isinstance(a, (int, float)) and isinstance(b, (int, float)) and 0 <= a < b):
-                raise ValueError(f"MonitorThresholds: expected 0 <= {what}, got {a} and {b}")
+                raise OptionsError(f"MonitorThresholds: expected 0 <= {what}, got {a} and {b}")
         if not isinstance(self.consecutive, int) or self.consecutive < 1:
-            raise ValueError(f"MonitorThresholds.consecutive: expected an int >= 1, got {self.consecutive!r}")
+            raise OptionsError(f"MonitorThresholds.consecutive: expected an int >= 1, got {self.consecutive!r}")
         if self.min_samples is not None and (not isinstance(self.min_samples, int) or self.min_samples < 2):
-            raise ValueError(f"MonitorThresholds.min_samples: expected an int >= 2 or None, got {self.min_samples!r}")
+            raise OptionsError(f"MonitorThresholds.min_samples: expected an int >= 2 or None, got {self.min_samples!r}")
 
 
 class QualityEvent(NamedTuple):
@@ -183,14 +185,14 @@ class QualityMonitor:
         if not isinstance(reference, ReferenceStats):
             raise TypeError(f"reference: expected ReferenceStats, got {type(reference).__name__}")
         if not isinstance(sample_every, int) or isinstance(sample_every, bool) or sample_every < 1:
-            raise ValueError(f"sample_every: expected an int >= 1, got {sample_every!r}")
+            raise OptionsError(f"sample_every: expected an int >= 1, got {sample_every!r}")
         if rate is not None and not (isinstance(rate, (int, float)) and 0 < rate <= 1):
-            raise ValueError(f"rate: expected a probability in (0, 1], got {rate!r}")
+            raise OptionsError(f"rate: expected a probability in (0, 1], got {rate!r}")
         if not isinstance(window, int) or window < 8:
-            raise ValueError(f"window: expected an int >= 8, got {window!r}")
+            raise OptionsError(f"window: expected an int >= 8, got {window!r}")
         ev = evaluate_every if evaluate_every is not None else max(1, window // 4)
         if not isinstance(ev, int) or ev < 1:
-            raise ValueError(f"evaluate_every: expected an int >= 1, got {evaluate_every!r}")
+            raise OptionsError(f"evaluate_every: expected an int >= 1, got {evaluate_every!r}")
         self.reference = reference
         self.sample_every = sample_every
         self.rate = rate
@@ -438,15 +440,41 @@ class QualityMonitor:
         """Prometheus samples (:class:`edge_sdk.telemetry.Sample`): see :func:`quality_samples`."""
         return quality_samples(self)()
 
+    # -- telemetry: edge_sdk.telemetry Registry.track / EventLog.watch --------------------------------
+
+    def telemetry_key(self, name: str | None = None) -> tuple[str, str]:
+        """``Registry.track``: kind "quality", label ``model`` = ``name`` (which becomes the monitor's name) or its name."""
+        if name is not None:
+            self.name = name
+        return "quality", self.name or "model"
+
+    def telemetry_samples(self, label: str | None = None) -> list[Any]:
+        """``Registry.track``: :func:`quality_samples` now."""
+        return quality_samples(self)()
+
+    def watch_events(self, emit: Callable[..., Any], *, name: str | None = None, models: Any = None) -> Callable[[], None]:
+        """``EventLog.watch``: alarms entered and left (drift, low_confidence, schema), label ``model``. Returns the unsubscribe."""
+        return watch_quality_events(self, emit, name or self.name or "model")
+
     def __repr__(self) -> str:
         return f"QualityMonitor({self.name!r}, state={self.state}, sampled={self._n}, window={self.window})"
+
+
+def watch_quality_events(source: Any, emit: Callable[..., Any], label: str) -> Callable[[], None]:
+    """Subscribe ``emit`` (``EventLog.emit``) to the :class:`QualityEvent` s of ``source`` (a
+    QualityMonitor or ShadowChecker) as "quality" events labelled ``model=label``."""
+
+    def on_event(ev: QualityEvent) -> None:
+        emit("quality", ev.kind, model=label, indicator=ev.indicator, value=ev.value, detail=ev.detail, sampled=ev.sampled, requests=ev.requests)
+
+    detach: Callable[[], None] = source.subscribe(on_event)
+    return detach
 
 
 def quality_samples(monitor: QualityMonitor) -> Callable[[], list[Any]]:
     """A telemetry collector (``Registry.add`` / ``Registry.track``) for a monitor: PSI, KS
     statistic and p-value per summary, alarm state per indicator, drift state, requests and
     sampled rows, low-confidence rate, schema violations."""
-    from ..telemetry import Sample
 
     def collect() -> list[Sample]:
         st = monitor.status()

@@ -43,8 +43,9 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from .._listeners import Listeners
-from ..errors import EdgeSDKError, SelectionError
-from .monitor import QualityEvent, _count_value, _Indicator
+from ..errors import EdgeSDKError, OptionsError, OptionsTypeError, SelectionError
+from ..telemetry.core import Histogram, Sample
+from .monitor import QualityEvent, _count_value, _Indicator, watch_quality_events
 
 _log = logging.getLogger(__name__)
 
@@ -249,26 +250,26 @@ class ShadowChecker:
         if reference is model:
             raise ShadowError("reference: expected another model than the primary (a model agrees with itself)")
         if not isinstance(sample_every, int) or isinstance(sample_every, bool) or sample_every < 1:
-            raise ValueError(f"sample_every: expected an int >= 1, got {sample_every!r}")
+            raise OptionsError(f"sample_every: expected an int >= 1, got {sample_every!r}")
         if rate is not None and not (isinstance(rate, (int, float)) and 0 < rate <= 1):
-            raise ValueError(f"rate: expected a probability in (0, 1], got {rate!r}")
+            raise OptionsError(f"rate: expected a probability in (0, 1], got {rate!r}")
         if not isinstance(max_in_flight, int) or isinstance(max_in_flight, bool) or max_in_flight < 1:
-            raise ValueError(f"max_in_flight: expected an int >= 1, got {max_in_flight!r}")
+            raise OptionsError(f"max_in_flight: expected an int >= 1, got {max_in_flight!r}")
         if max_per_s is not None and not (isinstance(max_per_s, (int, float)) and max_per_s > 0 and math.isfinite(max_per_s)):
-            raise ValueError(f"max_per_s: expected a number > 0 (reference calls per second), got {max_per_s!r}")
+            raise OptionsError(f"max_per_s: expected a number > 0 (reference calls per second), got {max_per_s!r}")
         if max_busy_fraction is not None and not (isinstance(max_busy_fraction, (int, float)) and 0 < max_busy_fraction <= 1):
-            raise ValueError(f"max_busy_fraction: expected a fraction in (0, 1], got {max_busy_fraction!r}")
+            raise OptionsError(f"max_busy_fraction: expected a fraction in (0, 1], got {max_busy_fraction!r}")
         if agreement is not None and not callable(agreement):
-            raise TypeError(f"agreement: expected a callable (primary_result, reference_result) -> bool(s), got {type(agreement).__name__}")
+            raise OptionsTypeError(f"agreement: expected a callable (primary_result, reference_result) -> bool(s), got {type(agreement).__name__}")
         if not isinstance(window, int) or window < 1:
-            raise ValueError(f"window: expected an int >= 1, got {window!r}")
+            raise OptionsError(f"window: expected an int >= 1, got {window!r}")
         ex = min(1.0, threshold + 0.05) if exit_threshold is None else exit_threshold
         if not (isinstance(threshold, (int, float)) and isinstance(ex, (int, float)) and 0 <= threshold <= ex <= 1):
-            raise ValueError(f"threshold / exit_threshold: expected 0 <= threshold <= exit_threshold <= 1, got {threshold!r} and {ex!r}")
+            raise OptionsError(f"threshold / exit_threshold: expected 0 <= threshold <= exit_threshold <= 1, got {threshold!r} and {ex!r}")
         if not isinstance(min_rows, int) or not 1 <= min_rows <= window:
-            raise ValueError(f"min_rows: expected an int in [1, window={window}], got {min_rows!r}")
+            raise OptionsError(f"min_rows: expected an int in [1, window={window}], got {min_rows!r}")
         if not isinstance(consecutive, int) or consecutive < 1:
-            raise ValueError(f"consecutive: expected an int >= 1, got {consecutive!r}")
+            raise OptionsError(f"consecutive: expected an int >= 1, got {consecutive!r}")
         if reference.manifest.decoder.kind != model.manifest.decoder.kind and agreement is None:
             raise ShadowError(
                 f"reference decodes {reference.manifest.decoder.kind!r}, the model {model.manifest.decoder.kind!r}: pass agreement="
@@ -291,8 +292,6 @@ class ShadowChecker:
         self._same_inputs = _same_specs(model.inputs, reference.inputs)
         self._privacy, self._remote_name, self._region = self._remote_policy(reference)
         self.kind = "remote" if self._privacy is not None else "local"
-        from ..telemetry import Histogram
-
         self.latency = Histogram()  # reference call durations (checked and failed)
         self._rng = random.Random(seed)
         self._counter = itertools.count()
@@ -696,6 +695,22 @@ class ShadowChecker:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # -- telemetry: edge_sdk.telemetry Registry.track / EventLog.watch --------------------------------
+
+    def telemetry_key(self, name: str | None = None) -> tuple[str, str]:
+        """``Registry.track``: kind "shadow", label ``model`` = ``name`` (which becomes the checker's name) or its name."""
+        if name is not None:
+            self.name = name
+        return "shadow", self.name
+
+    def telemetry_samples(self, label: str | None = None) -> list[Any]:
+        """``Registry.track``: :func:`shadow_samples` now."""
+        return shadow_samples(self)()
+
+    def watch_events(self, emit: Callable[..., Any], *, name: str | None = None, models: Any = None) -> Callable[[], None]:
+        """``EventLog.watch``: the disagreement alarm entered and left, as "quality" events. Returns the unsubscribe."""
+        return watch_quality_events(self, emit, name or self.name or "model")
+
     def __repr__(self) -> str:
         return f"ShadowChecker({self.name!r}, {self.model.variant.id} vs {self.reference_label}, agreement={self.agreement})"
 
@@ -721,7 +736,6 @@ def shadow_samples(checker: ShadowChecker) -> Callable[[], list[Any]]:
     ``model`` and ``reference``: agreement rate (``scope`` window | total), alarm, requests,
     sampled, checked and agreed rows, skips by ``reason`` (budget | busy | privacy), reference
     errors, in flight, reference busy seconds and a reference latency histogram."""
-    from ..telemetry import Sample
 
     def collect() -> list[Sample]:
         st = checker.status()

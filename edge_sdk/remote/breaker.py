@@ -31,6 +31,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from ..errors import OptionsError
 from .errors import CircuitOpenError
 
 __all__ = ["CLOSED", "HALF_OPEN", "OPEN", "CircuitBreaker", "RemoteEvent"]
@@ -88,12 +89,12 @@ class CircuitBreaker:
         wallclock: Callable[[], float] = time.time,
     ) -> None:
         if failure_threshold < 1 or min_calls < 1:
-            raise ValueError("failure_threshold and min_calls must be >= 1")
+            raise OptionsError(f"failure_threshold and min_calls: expected ints >= 1, got {failure_threshold!r} and {min_calls!r}")
         if not 0.0 < failure_ratio <= 1.0:
-            raise ValueError(f"failure_ratio: expected 0 < r <= 1, got {failure_ratio}")
+            raise OptionsError(f"failure_ratio: expected 0 < r <= 1, got {failure_ratio}")
         for name, v in (("window_s", window_s), ("open_s", open_s), ("probe_timeout_s", probe_timeout_s)):
             if not (math.isfinite(v) and v > 0):
-                raise ValueError(f"{name}: expected a finite number > 0, got {v}")
+                raise OptionsError(f"{name}: expected a finite number > 0, got {v}")
         self.failure_threshold = failure_threshold
         self.failure_ratio = failure_ratio
         self.window_s = window_s

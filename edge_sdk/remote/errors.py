@@ -22,7 +22,7 @@ endpoint or the local model for any error).
 
 from __future__ import annotations
 
-from ..errors import EdgeSDKError
+from ..errors import EdgeSDKError, OptionsError
 
 __all__ = [
     "CircuitOpenError",
@@ -52,7 +52,7 @@ class RemoteError(EdgeSDKError):
         self.attempts = attempts
 
 
-class RemoteConfigError(RemoteError, ValueError):
+class RemoteConfigError(RemoteError, OptionsError):
     """The client cannot be built as asked (the message says what to change)."""
 
 

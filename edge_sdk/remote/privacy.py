@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
+from ..errors import OptionsError
 from .errors import PrivacyError
 
 __all__ = ["MODES", "PrivacyPolicy"]
@@ -37,16 +38,16 @@ class PrivacyPolicy:
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
-            raise ValueError(f"privacy mode: expected one of {list(MODES)}, got {self.mode!r}")
+            raise OptionsError(f"privacy mode: expected one of {list(MODES)}, got {self.mode!r}")
         for name in ("allow_inputs", "regions"):
             v = getattr(self, name)
             if isinstance(v, str) or not all(isinstance(x, str) and x for x in v):
-                raise ValueError(f"privacy {name}: expected a sequence of non-empty strings, got {v!r}")
+                raise OptionsError(f"privacy {name}: expected a sequence of non-empty strings, got {v!r}")
             object.__setattr__(self, name, tuple(v))
         if self.mode == "allowlist" and not self.allow_inputs:
-            raise ValueError("privacy mode 'allowlist' needs allow_inputs (the inputs that may be sent)")
+            raise OptionsError("privacy mode 'allowlist' needs allow_inputs (the inputs that may be sent)")
         if self.mode != "allowlist" and self.allow_inputs:
-            raise ValueError(f"privacy allow_inputs is only used with mode 'allowlist', not {self.mode!r}")
+            raise OptionsError(f"privacy allow_inputs is only used with mode 'allowlist', not {self.mode!r}")
 
     @property
     def sends_nothing(self) -> bool:

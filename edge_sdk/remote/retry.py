@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from ..errors import OptionsError
+
 __all__ = ["RETRY_STATUSES", "RetryBudget", "RetryPolicy", "parse_retry_after"]
 
 #: HTTP statuses that are retried (the request did not run, or the server asks to come back).
@@ -49,15 +51,15 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_attempts, int) or isinstance(self.max_attempts, bool) or self.max_attempts < 1:
-            raise ValueError(f"max_attempts: expected an int >= 1, got {self.max_attempts!r}")
+            raise OptionsError(f"max_attempts: expected an int >= 1, got {self.max_attempts!r}")
         for name in ("base_s", "cap_s", "budget_window_s"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                raise ValueError(f"{name}: expected a finite number > 0, got {v!r}")
+                raise OptionsError(f"{name}: expected a finite number > 0, got {v!r}")
         if not 0.0 <= self.budget_ratio <= 1.0:
-            raise ValueError(f"budget_ratio: expected 0..1, got {self.budget_ratio!r}")
+            raise OptionsError(f"budget_ratio: expected 0..1, got {self.budget_ratio!r}")
         if not isinstance(self.budget_min_retries, int) or self.budget_min_retries < 0:
-            raise ValueError(f"budget_min_retries: expected an int >= 0, got {self.budget_min_retries!r}")
+            raise OptionsError(f"budget_min_retries: expected an int >= 0, got {self.budget_min_retries!r}")
 
     def backoff_cap(self, retry: int) -> float:
         """The upper bound of the wait before retry ``retry`` (0-based)."""
@@ -79,6 +81,12 @@ class RetryBudget:
     def __init__(
         self, ratio: float = 0.1, min_retries: int = 3, window_s: float = 10.0, *, clock: Callable[[], float] = time.monotonic
     ) -> None:
+        if not (isinstance(ratio, (int, float)) and 0.0 <= ratio <= 1.0):
+            raise OptionsError(f"RetryBudget ratio: expected 0..1, got {ratio!r}")
+        if not isinstance(min_retries, int) or isinstance(min_retries, bool) or min_retries < 0:
+            raise OptionsError(f"RetryBudget min_retries: expected an int >= 0, got {min_retries!r}")
+        if not (isinstance(window_s, (int, float)) and math.isfinite(window_s) and window_s > 0):
+            raise OptionsError(f"RetryBudget window_s: expected a finite number > 0, got {window_s!r}")
         self.ratio = ratio
         self.min_retries = min_retries
         self.window_s = window_s

@@ -52,7 +52,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, NamedTuple
 
 from .._listeners import Listeners
-from ..errors import EdgeSDKError, InputError, SelectionError
+from ..errors import EdgeSDKError, InputError, OptionsError, SelectionError
+from ..telemetry.core import Sample
 
 __all__ = ["TRIGGERS", "RoutedResult", "Router", "RouterError", "RouterEvent", "RouterOptions", "RouterTimeoutError"]
 
@@ -133,17 +134,17 @@ class RouterOptions:
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_local_inflight, int) or self.max_local_inflight < 1:
-            raise ValueError(f"max_local_inflight: expected an int >= 1, got {self.max_local_inflight!r}")
+            raise OptionsError(f"max_local_inflight: expected an int >= 1, got {self.max_local_inflight!r}")
         if not isinstance(self.max_local_queue, int) or self.max_local_queue < 0:
-            raise ValueError(f"max_local_queue: expected an int >= 0, got {self.max_local_queue!r}")
+            raise OptionsError(f"max_local_queue: expected an int >= 0, got {self.max_local_queue!r}")
         if self.latency_objective_ms is not None and not (math.isfinite(self.latency_objective_ms) and self.latency_objective_ms > 0):
-            raise ValueError(f"latency_objective_ms: expected a number > 0 or None, got {self.latency_objective_ms!r}")
+            raise OptionsError(f"latency_objective_ms: expected a number > 0 or None, got {self.latency_objective_ms!r}")
         if self.cascade_threshold is not None and not 0.0 <= self.cascade_threshold <= 1.0:
-            raise ValueError(f"cascade_threshold: expected a score in [0, 1] or None, got {self.cascade_threshold!r}")
+            raise OptionsError(f"cascade_threshold: expected a score in [0, 1] or None, got {self.cascade_threshold!r}")
         if not (math.isfinite(self.deadline_s) and self.deadline_s > 0):
-            raise ValueError(f"deadline_s: expected a number > 0, got {self.deadline_s!r}")
+            raise OptionsError(f"deadline_s: expected a number > 0, got {self.deadline_s!r}")
         if not 0.0 < self.ewma_alpha <= 1.0:
-            raise ValueError(f"ewma_alpha: expected a number in (0, 1], got {self.ewma_alpha!r}")
+            raise OptionsError(f"ewma_alpha: expected a number in (0, 1], got {self.ewma_alpha!r}")
 
 
 class Router:
@@ -203,7 +204,7 @@ class Router:
         """Send every request to the remote model while ``on`` (the budget governor's ``Offload``
         step: ``Offload(enable=router.set_offload)``). Without a remote model nothing changes."""
         if self.remote is None:
-            from ..budget.governor import ActionUnavailable
+            from ..budget.actions import ActionUnavailable
 
             raise ActionUnavailable("the router has no remote model")
         with self._lock:
@@ -238,6 +239,45 @@ class Router:
         """Moving average (EWMA, ``ewma_alpha``) of the local model's successful call times in ms; None before the first."""
         return self._service_ms
 
+    # -- telemetry: edge_sdk.telemetry Registry.track / EventLog.watch --------------------------------
+
+    def telemetry_key(self, name: str | None = None) -> tuple[str, str]:
+        """``Registry.track``: kind "router", label ``name`` or "router"."""
+        return "router", name or "router"
+
+    def telemetry_samples(self, label: str = "router") -> list[Sample]:
+        """Prometheus samples: requests by where they were served and why (``trigger``), offloads
+        (requests sent to the remote model, whatever came of them) by trigger, the local queue
+        and the local service-time estimate; label ``router``."""
+        lab = {"router": label}
+        out = [
+            Sample("edge_sdk_router_requests_total", n, "requests answered, by where they were served and why", "counter",
+                   {**lab, "served_by": where, "trigger": trig})
+            for (where, trig), n in sorted(self.requests_by_trigger.items())
+        ]  # fmt: skip
+        out += [
+            Sample("edge_sdk_router_offloads_total", n, "requests sent to the remote model, by trigger", "counter",
+                   {**lab, "trigger": trig})
+            for trig, n in sorted(self.offloads.items())
+        ]  # fmt: skip
+        svc = self.local_service_ms
+        svc_s = None if svc is None else svc / 1e3
+        out.append(Sample("edge_sdk_router_local_service_seconds", svc_s, "local service time (EWMA)", "gauge", lab))
+        out.append(Sample("edge_sdk_router_local_waiting", self.local_waiting, "requests waiting for the local model", "gauge", lab))
+        return out
+
+    def watch_events(self, emit: Callable[..., Any], *, name: str | None = None, models: Any = None) -> Callable[[], None]:
+        """``EventLog.watch``: offloads and fallbacks, label ``router`` (``name`` or "router"). Returns the unsubscribe."""
+        label = name or "router"
+
+        def on_event(ev: RouterEvent) -> None:
+            emit(
+                "router", ev.kind, router=label, trigger=ev.trigger, decision=ev.decision, served_by=ev.served_by, reason=ev.reason,
+                error=ev.error, provenance=ev.provenance,
+            )  # fmt: skip
+
+        return self.subscribe(on_event)
+
     def subscribe(self, callback: Callable[[RouterEvent], Any]) -> Callable[[], None]:
         """Call ``callback(event)`` for every offload and fallback (on the requesting thread; keep
         it quick; exceptions are ignored). Returns an unsubscribe function."""
@@ -247,12 +287,12 @@ class Router:
 
     def predict(self, inputs: Any, **kw: Any) -> RoutedResult:
         """Route a ``predict(inputs, **kw)`` call to the local or remote model; returns a :class:`RoutedResult` saying where and why."""
-        return self._route("predict", (inputs,), kw)
+        return self._route(lambda m: m.predict(inputs, **kw))
 
     def predict_image(self, image: Any, **kw: Any) -> RoutedResult:
         """Route a ``predict_image(image, **kw)`` call to the local or remote model; returns a :class:`RoutedResult` saying where and
         why."""
-        return self._route("predict_image", (image,), kw)
+        return self._route(lambda m: m.predict_image(image, **kw))
 
     def _offload(self, trigger: str) -> None:
         with self._lock:
@@ -303,7 +343,7 @@ class Router:
                 return "remote", why, "latency_objective"
         return "local", "local first", "local_first"
 
-    def _run_local(self, method: str, args: tuple[Any, ...], kw: dict[str, Any], deadline: float) -> Any:
+    def _run_local(self, call: Callable[[Any], Any], deadline: float) -> Any:
         with self._lock:
             self._waiting += 1
             try:
@@ -318,7 +358,7 @@ class Router:
         t0 = time.perf_counter()
         ok = False
         try:
-            r = getattr(self.local, method)(*args, **kw)
+            r = call(self.local)
             ok = True
             return r
         finally:
@@ -330,26 +370,27 @@ class Router:
                     self._service_ms = ms if self._service_ms is None else (1 - a) * self._service_ms + a * ms
                 self._lock.notify()
 
-    def _route(self, method: str, args: tuple[Any, ...], kw: dict[str, Any]) -> RoutedResult:
+    def _route(self, call: Callable[[Any], Any]) -> RoutedResult:
+        """Serve ``call(model)`` (the request, bound to its arguments) on the model the rules pick."""
         deadline = time.monotonic() + self._opts.deadline_s
         where, why, trigger = self._decide()
         if where == "remote":
             self._offload(trigger)
             try:
-                r = getattr(self.remote, method)(*args, **kw)
+                r = call(self.remote)
             except InputError:
                 raise
             except Exception as e:  # down, breaker open, privacy, timeout, malformed: local keeps serving
                 if self.local is None:
                     raise RouterError(f"remote failed ({type(e).__name__}: {e}) and there is no local model ({self._no_local_reason})") from e
-                r = self._run_local(method, args, kw, deadline)
+                r = self._run_local(call, deadline)
                 self._event("local: remote failed", f"{why}; remote {type(e).__name__}: {e}", "local", "remote_failed",
                             result=r, decision=trigger, error=e)  # fmt: skip
                 return RoutedResult(r, "local", f"{why}; remote failed ({type(e).__name__}: {e}); served locally")
             self._event(f"remote: {why.split(' (')[0]}", why, "remote", trigger, result=r)
             return RoutedResult(r, "remote", why)
         try:
-            r = self._run_local(method, args, kw, deadline)
+            r = self._run_local(call, deadline)
         except InputError:
             raise  # the caller's input: the remote would refuse it too
         except RouterTimeoutError:
@@ -360,7 +401,7 @@ class Router:
             why2 = f"local failed ({type(e).__name__}: {e})"
             self._offload("local_error")
             try:
-                rr = getattr(self.remote, method)(*args, **kw)
+                rr = call(self.remote)
             except Exception as e2:
                 raise RouterError(f"{why2}; remote failed too ({type(e2).__name__}: {e2})") from e2
             self._event("remote: local failed", why2, "remote", "local_error", result=rr, error=e)
@@ -372,7 +413,7 @@ class Router:
                 why3 = f"cascade: local top-1 {score:.3f} < {thr:g}"
                 self._offload("cascade")
                 try:
-                    rr = getattr(self.remote, method)(*args, **kw)
+                    rr = call(self.remote)
                 except Exception as e:
                     self._event("local: cascade remote failed", f"{why3}; {type(e).__name__}: {e}", "local", "cascade_remote_failed",
                                 result=r, decision="cascade", error=e)  # fmt: skip

@@ -28,7 +28,7 @@ from typing import Mapping
 import numpy as np
 
 from ..backends.base import Session, SessionInfo, TensorInfo
-from ..errors import SelectionError
+from ..errors import OptionsTypeError, SelectionError
 from ..model import LoadOptions, Model
 from ..package import Manifest, ModelPackage, TensorSpec, Variant, default_cache_dir
 from ..profiles import DeviceProfile, resolve_profile
@@ -147,7 +147,7 @@ class RemoteSession(Session):
     ) -> None:
         super().__init__()
         if not isinstance(privacy, PrivacyPolicy):
-            raise TypeError(f"privacy: expected a PrivacyPolicy, got {type(privacy).__name__}")
+            raise OptionsTypeError(f"privacy: expected a PrivacyPolicy, got {type(privacy).__name__}")
         self.client = client
         self.manifest = manifest
         self.variant = variant or manifest.reference_variant

@@ -29,8 +29,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .. import __version__
-from ..errors import InputError
+from .._version import __version__
+from ..errors import InputError, OptionsError
 from ..model import Model
 from ..remote import protocol
 from ..telemetry import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -211,7 +211,7 @@ class _App:
                 raise TypeError(f"model {name!r}: expected an edge_sdk Model, got {type(m).__name__}")
             protocol.model_path(name)  # a usable URL segment (no '/', '?', '#')
             if name in self.served:
-                raise ValueError(f"two models are named {name!r}; pass a mapping name -> model to serve them under different names")
+                raise OptionsError(f"two models are named {name!r}; pass a mapping name -> model to serve them under different names")
             model_max = m._max_batch()
             outputs_batched = all(s.shape and not isinstance(s.shape[0], int) for s in m.outputs)
             cap = model_max if options.max_batch_size is None else min(options.max_batch_size, model_max)

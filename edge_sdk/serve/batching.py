@@ -30,7 +30,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from ..errors import EdgeSDKError
+from ..errors import EdgeSDKError, OptionsError
 
 __all__ = ["BatchSplitError", "Job", "ModelWorker", "QueueFullError", "WorkerStats", "WorkerStoppedError"]
 
@@ -98,7 +98,7 @@ class ModelWorker:
 
     def __init__(self, name: str, run: Runner, *, max_batch: int, max_delay_s: float, queue_size: int) -> None:
         if max_batch < 1 or queue_size < 1 or max_delay_s < 0:
-            raise ValueError(f"worker {name}: expected max_batch >= 1, queue_size >= 1, max_delay_s >= 0")
+            raise OptionsError(f"worker {name}: expected max_batch >= 1, queue_size >= 1, max_delay_s >= 0, got max_batch={max_batch!r}, queue_size={queue_size!r}, max_delay_s={max_delay_s!r}")
         self.name = name
         self.max_batch = max_batch
         self.max_delay_s = max_delay_s

@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 
 from ..cli_args import load_kwargs
+from ..errors import OptionsError
 from .options import ServeOptions
 
 __all__ = ["read_token", "run"]
@@ -27,12 +28,12 @@ def read_token(args: argparse.Namespace) -> str | None:
     if args.token_env:
         token = os.environ.get(args.token_env, "").strip()
         if not token:
-            raise ValueError(f"--token-env {args.token_env}: the environment variable is not set or empty")
+            raise OptionsError(f"--token-env {args.token_env}: the environment variable is not set or empty")
         return token
     if args.token_file:
         token = Path(args.token_file).read_text().strip()
         if not token:
-            raise ValueError(f"--token-file {args.token_file}: the file is empty")
+            raise OptionsError(f"--token-file {args.token_file}: the file is empty")
         return token
     return None
 

@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..cli_args import add_repro_arguments
+from ..errors import OptionsError
 
 __all__ = ["ServeOptions", "add_arguments"]
 
@@ -34,19 +35,19 @@ class ServeOptions:
 
     def __post_init__(self) -> None:
         if self.max_batch_size is not None and (not _is_int(self.max_batch_size) or self.max_batch_size < 1):
-            raise ValueError(f"max_batch_size: expected None or an int >= 1, got {self.max_batch_size!r}")
+            raise OptionsError(f"max_batch_size: expected None or an int >= 1, got {self.max_batch_size!r}")
         if not _is_num(self.max_queue_delay_ms) or not 0 <= self.max_queue_delay_ms <= 10_000:
-            raise ValueError(f"max_queue_delay_ms: expected a number in [0, 10000], got {self.max_queue_delay_ms!r}")
+            raise OptionsError(f"max_queue_delay_ms: expected a number in [0, 10000], got {self.max_queue_delay_ms!r}")
         if not _is_int(self.queue_size) or self.queue_size < 1:
-            raise ValueError(f"queue_size: expected an int >= 1, got {self.queue_size!r}")
+            raise OptionsError(f"queue_size: expected an int >= 1, got {self.queue_size!r}")
         if not _is_num(self.timeout_s) or self.timeout_s <= 0:
-            raise ValueError(f"timeout_s: expected a number > 0, got {self.timeout_s!r}")
+            raise OptionsError(f"timeout_s: expected a number > 0, got {self.timeout_s!r}")
         if not _is_int(self.max_body_bytes) or self.max_body_bytes < 1024:
-            raise ValueError(f"max_body_bytes: expected an int >= 1024, got {self.max_body_bytes!r}")
+            raise OptionsError(f"max_body_bytes: expected an int >= 1024, got {self.max_body_bytes!r}")
         if self.token is not None:
             t = self.token
             if not isinstance(t, str) or not t or not t.isascii() or any(c.isspace() or not c.isprintable() for c in t):
-                raise ValueError("token: expected a non-empty ASCII string without spaces or control characters")
+                raise OptionsError("token: expected a non-empty ASCII string without spaces or control characters")
 
 
 def _is_int(v: object) -> bool:

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..errors import EdgeSDKError
+from ..errors import EdgeSDKError, OptionsError, OptionsTypeError
 from ..model import Model
 from .options import ServeOptions
 
@@ -57,11 +57,11 @@ class Server:
         if isinstance(app, (Mapping, Sequence, Model)):
             app = create_app([app] if isinstance(app, Model) else app, options)
         elif options is not None:
-            raise TypeError("Server: options go with models; an app was already made with its own")
+            raise OptionsTypeError("Server: options go with models; an app was already made with its own")
         if (tls_cert is None) != (tls_key is None):
-            raise ValueError("tls_cert and tls_key: give both or neither")
+            raise OptionsError("tls_cert and tls_key: give both or neither")
         if not isinstance(port, int) or not 0 <= port <= 65535:
-            raise ValueError(f"port: expected an int in [0, 65535], got {port!r}")
+            raise OptionsError(f"port: expected an int in [0, 65535], got {port!r}")
         self.app = app
         self.host = host
         self._port = port

@@ -55,7 +55,7 @@ from typing import Any, Iterator
 
 from .. import _toml
 from ..errors import EdgeSDKError
-from ..package import ModelPackage, _archive_kind, _extract_archive, _package_root_in
+from ..package import ModelPackage, archive_kind, extract_archive, package_root_in
 from ._fs import atomic_write, crash_point, fsync_dir, fsync_file, fsync_tree
 from .health import HealthResult, run_health_check
 from .journal import Journal, UpdateRecord
@@ -492,9 +492,9 @@ class ModelStore:
                     crash_point("copy file")
                     shutil.copyfile(Path(dirpath) / fn, dst_root / rel / fn)
             pkg_dir = dst_root
-        elif _archive_kind(source) is not None:
-            _extract_archive(source, staging / "x")
-            pkg_dir = _package_root_in(staging / "x")
+        elif archive_kind(source) is not None:
+            extract_archive(source, staging / "x")
+            pkg_dir = package_root_in(staging / "x")
         else:
             from ..errors import ModelFormatError
 

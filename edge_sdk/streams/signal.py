@@ -63,6 +63,7 @@ from ..errors import (
     InputShapeError,
     InputTypeError,
     NonFiniteInputError,
+    OptionsError,
     SessionClosedError,
 )
 from ..validation import InputValidator
@@ -92,7 +93,7 @@ __all__ = [
 # --- errors ---------------------------------------------------------------------------
 
 
-class SignalConfigError(EdgeSDKError, ValueError):
+class SignalConfigError(OptionsError):
     """Stream options, or options and model, do not fit together (raised on construction)."""
 
 

@@ -1,13 +1,15 @@
 """Benchmark the face pipeline: edge_sdk's VisionPipeline on a real video, against the loops and
 the library it replaces, on this machine.
 
-The clip: a 640x480 MJPG .avi written here with ``cv2.VideoWriter`` from real photographs
+The clip (tools/fixtures/face_clip.py, shared with the tests): a 640x480 MJPG .avi written with
+``cv2.VideoWriter`` from real photographs
 (scikit-image): a 320x320 head-and-shoulders crop of ``skimage.data.astronaut()`` pasted at native
 scale on a grey canvas at a position that moves every frame, and, two frames in every ten,
 ``skimage.data.coffee()`` (no face). Every face frame's expected box follows from the paste offset
 and the face box read off the 512x512 photo by hand, ``(182, 82, 270, 176)``. The model: MediaPipe's
 BlazeFace short-range detector, fp32 TFLite, out of the pinned mediapipe wheel
-(``tools.fetch_pretrained``), packaged with a manifest detection decoder (letterbox, weighted NMS).
+(``tools.fixtures.fetch_pretrained``), packaged with a manifest detection decoder (letterbox,
+weighted NMS) by ``tools.fixtures.face_package.write_face_package``.
 
 A. Throughput on the clip (frames per second, median over interleaved rounds; each round runs
    every arm once over the whole clip, the order rotating):
@@ -29,7 +31,7 @@ A. Throughput on the clip (frames per second, median over interleaved rounds; ea
 B. Import-to-first-result: ``import edge_sdk; edge_sdk.load(PKG); predict_image(IMG)`` in a fresh
    interpreter (median of 5), split into import, load and first predict.
 C. MediaPipe Tasks ``FaceDetector`` (VIDEO mode, the same .tflite file by path) in a separate venv
-   (mediapipe 0.10.21 needs numpy<2), run by ``tools/mediapipe_bench_worker.py``: fps end to end
+   (mediapipe 0.10.21 needs numpy<2), run by ``tools/bench/mediapipe_bench_worker.py``: fps end to end
    ("with decode": read, convert, detect) and detection only (frames decoded beforehand), on 2
    cores and pinned to 1 core; its import-to-first-result; and its boxes, compared per frame with
    edge_sdk's (IoU). Ratio target: edge_sdk pipeline / MediaPipe >= 1.5.
@@ -40,10 +42,10 @@ made in the temp folder and removed, unless ``--mp-venv DIR`` names one to make 
 
 Usage::
 
-    python tools/bench_pipeline.py                       # full run, ~3-4 min (C's pip install included)
-    python tools/bench_pipeline.py --quick               # ~1 min: 100 frames, 2 rounds, C skipped
-    python tools/bench_pipeline.py --json out.json --mp-venv ~/.cache/edge_sdk/mp-venv
-    python tools/bench_pipeline.py --no-mediapipe
+    python tools/bench/bench_pipeline.py                 # full run, ~3-4 min (C's pip install included)
+    python tools/bench/bench_pipeline.py --quick         # ~1 min: 100 frames, 2 rounds, C skipped
+    python tools/bench/bench_pipeline.py --json out.json --mp-venv ~/.cache/edge_sdk/mp-venv
+    python tools/bench/bench_pipeline.py --no-mediapipe
 """
 
 from __future__ import annotations
@@ -64,155 +66,20 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository root (this file is tools/bench/bench_pipeline.py)
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-MODEL_NAME = "mediapipe-face-detection-short-range"
+from tools.fixtures.face_clip import ClipFrame, box_iou, write_clip  # noqa: E402
+from tools.fixtures.face_package import MODEL_NAME, write_face_package  # noqa: E402
+
 MEDIAPIPE_REQ = ("mediapipe==0.10.21", "numpy<2", "opencv-python-headless")
-WORKER = ROOT / "tools" / "mediapipe_bench_worker.py"
+WORKER = Path(__file__).resolve().parent / "mediapipe_bench_worker.py"
 
 TARGET_VS_BOTTLENECK = 0.9
 TARGET_VS_NAIVE = 1.3
 TARGET_VS_MEDIAPIPE = 1.5
 TARGET_FIRST_RESULT_MS = 100.0
-
-# ----------------------------------------------------------------------------- the clip
-
-VIDEO_WH = (640, 480)
-#: The astronaut's face in skimage.data.astronaut() (512x512), read off by hand (tests/test_detection.py).
-ASTRONAUT_FACE_BOX = (182, 82, 270, 176)
-#: The head-and-shoulders crop pasted into the clip: rows/cols of the 512x512 photo, native scale.
-#: (The whole photo scaled to 360x360 puts a ~62 px face in a 640 px frame: ~12 px at the model's
-#: 128x128 input, which the short-range model does not find; at native scale the face is ~88 px.)
-CROP_TOP, CROP_LEFT, CROP_SIZE = 16, 96, 320
-GREY = 128
-
-
-@dataclass(frozen=True)
-class ClipFrame:
-    """What frame ``index`` of the clip shows: the astronaut crop at ``offset_xy`` (its top-left
-    corner in the frame), or coffee (``offset_xy`` None, no face)."""
-
-    index: int
-    offset_xy: tuple[int, int] | None
-
-    @property
-    def has_face(self) -> bool:
-        return self.offset_xy is not None
-
-    @property
-    def face_box(self) -> tuple[float, float, float, float] | None:
-        """The expected face box (x0, y0, x1, y1) in frame pixels, or None on a coffee frame."""
-        if self.offset_xy is None:
-            return None
-        x, y = self.offset_xy
-        x0, y0, x1, y1 = ASTRONAUT_FACE_BOX
-        return (x + x0 - CROP_LEFT, y + y0 - CROP_TOP, x + x1 - CROP_LEFT, y + y1 - CROP_TOP)
-
-
-def clip_plan(n_frames: int) -> list[ClipFrame]:
-    """Frame i is coffee when i % 10 is 8 or 9; otherwise the crop moves: x sweeps 0..320 and back
-    every 64 frames, y follows a cosine over 0..160 with a 90-frame period."""
-    w, h = VIDEO_WH
-    span_x, span_y = w - CROP_SIZE, h - CROP_SIZE
-    out = []
-    for i in range(n_frames):
-        if i % 10 in (8, 9):
-            out.append(ClipFrame(i, None))
-            continue
-        phase = (i % 64) / 32.0
-        tri = phase if phase <= 1.0 else 2.0 - phase
-        x = int(round(span_x * tri))
-        y = int(round(span_y * (0.5 - 0.5 * math.cos(2 * math.pi * i / 90.0))))
-        out.append(ClipFrame(i, (x, y)))
-    return out
-
-
-def clip_images() -> tuple[np.ndarray, np.ndarray]:
-    """(astronaut crop, coffee frame), both BGR uint8: the crop at native scale, coffee stretched to 640x480."""
-    import cv2
-    import skimage.data
-
-    astro = np.ascontiguousarray(skimage.data.astronaut()[:, :, ::-1])
-    crop = astro[CROP_TOP : CROP_TOP + CROP_SIZE, CROP_LEFT : CROP_LEFT + CROP_SIZE].copy()
-    coffee = cv2.resize(np.ascontiguousarray(skimage.data.coffee()[:, :, ::-1]), VIDEO_WH, interpolation=cv2.INTER_AREA)
-    return crop, coffee
-
-
-def render_frame(cf: ClipFrame, crop: np.ndarray, coffee: np.ndarray) -> np.ndarray:
-    if cf.offset_xy is None:
-        return coffee.copy()
-    w, h = VIDEO_WH
-    img = np.full((h, w, 3), GREY, np.uint8)
-    x, y = cf.offset_xy
-    img[y : y + CROP_SIZE, x : x + CROP_SIZE] = crop
-    return img
-
-
-def write_clip(path: str | os.PathLike[str], n_frames: int, fps: float = 30.0) -> list[ClipFrame]:
-    """Write the clip as an MJPG .avi at ``path``; returns its plan (one ClipFrame per frame).
-    Raises RuntimeError when OpenCV cannot write it or reads back a different frame count."""
-    import cv2
-
-    plan = clip_plan(n_frames)
-    crop, coffee = clip_images()
-    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), fps, VIDEO_WH)
-    if not writer.isOpened():
-        raise RuntimeError(f"OpenCV cannot write an MJPG .avi at {path}")
-    try:
-        for cf in plan:
-            writer.write(render_frame(cf, crop, coffee))
-    finally:
-        writer.release()
-    cap = cv2.VideoCapture(str(path))
-    n = 0
-    while cap.grab():
-        n += 1
-    cap.release()
-    if n != n_frames:
-        raise RuntimeError(f"{path}: wrote {n_frames} frames, OpenCV reads back {n}")
-    return plan
-
-
-def face_manifest() -> dict[str, Any]:
-    """BlazeFace short-range as an edge_sdk package: letterbox to 128x128, [-1, 1], weighted NMS,
-    score 0.5 / IoU 0.3 (MediaPipe's graph values)."""
-    from edge_sdk.processing.detection import BLAZEFACE_SHORT_RANGE_ANCHORS
-
-    anchors = {k: (list(v) if isinstance(v, tuple) else v) for k, v in BLAZEFACE_SHORT_RANGE_ANCHORS.items()}
-    return {
-        "schema": 1, "name": "face", "version": "0.10.21", "task": "detection", "labels": ["face"],
-        "decoder": {"kind": "detection", "format": "blazeface", "outputs": ["regressors", "classificators"],
-                    "score_threshold": 0.5, "iou_threshold": 0.3, "nms": "weighted", "anchors": anchors},
-        "inputs": [{"name": "input", "dtype": "float32", "shape": [1, 128, 128, 3], "layout": "NHWC",
-                    "preprocess": {"kind": "image", "size_hw": [128, 128], "resize": "letterbox",
-                                   "mean": [0.5] * 3, "std": [0.5] * 3, "pad_value": 0}}],
-        "outputs": [{"name": "regressors", "dtype": "float32", "shape": [1, 896, 16]},
-                    {"name": "classificators", "dtype": "float32", "shape": [1, 896, 1]}],
-        "variants": [{"id": "fp32-tflite", "file": "face.tflite", "backend": "litert", "precision": "fp32"}],
-    }  # fmt: skip
-
-
-def write_face_package(dest: str | os.PathLike[str], model_file: str | os.PathLike[str] | None = None) -> Path:
-    """Write the BlazeFace package to ``dest`` (the model fetched with tools.fetch_pretrained unless given)."""
-    from converters.packaging import write_package
-
-    if model_file is None:
-        from tools.fetch_pretrained import fetch
-
-        model_file = fetch(MODEL_NAME)
-    write_package(dest, face_manifest(), {"face.tflite": model_file})
-    return Path(dest)
-
-
-def box_iou(a: Sequence[float], b: Sequence[float]) -> float:
-    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    inter = ix * iy
-    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
-    return inter / union if union > 0 else 0.0
-
 
 # ----------------------------------------------------------------------------- plans
 
@@ -279,7 +146,7 @@ class Setup:
 
         import edge_sdk
         from edge_sdk.processing.image import preprocess_image
-        from tools.fetch_pretrained import fetch
+        from tools.fixtures.fetch_pretrained import fetch
 
         self.work = work
         self.plan = plan
@@ -1158,8 +1025,8 @@ def main(argv: list[str] | None = None) -> int:
     import cv2
 
     from edge_sdk.backends.litert import status as litert_status
-    from tools.bench_overhead import _git_state
-    from tools.fetch_pretrained import MODELS
+    from tools.bench.bench_overhead import _git_state
+    from tools.fixtures.fetch_pretrained import MODELS
 
     t_start = time.perf_counter()
     load_before = os.getloadavg()

@@ -1,8 +1,8 @@
 """Benchmark the converter's variants against fp32 on this machine.
 
-    python tools/bench_convert.py [--quick] [--json OUT]
+    python tools/bench/bench_convert.py [--quick] [--json OUT]
 
-A. int8 on a MobileNetV2-class CNN (tools/mobilenetv2.py, random weights,
+A. int8 on a MobileNetV2-class CNN (tools/fixtures/mobilenetv2.py, random weights,
    calibrated on 32 random inputs): static QDQ with uint8 activations (the
    default), static QDQ with int8 activations, and dynamic int8 — latency at
    batch 1 (threads 1 and 2) and cosine vs fp32 on 32 held-out inputs.
@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository root (this file is tools/bench/bench_convert.py)
 sys.path.insert(0, str(ROOT))
 
 
@@ -70,7 +70,7 @@ def bench_cnn(work: Path, quick: bool) -> list[dict[str, Any]]:
 
     import edge_sdk
     from converters.quantize import Int8Options, convert_fp16, preprocess, quantize_int8
-    from tools.mobilenetv2 import build_mobilenetv2
+    from tools.fixtures.mobilenetv2 import build_mobilenetv2
 
     onnx.save(build_mobilenetv2(1.0, 224, batch=1), work / "fp32.onnx")
     prep = preprocess(work / "fp32.onnx", work / "prep.onnx")

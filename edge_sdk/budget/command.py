@@ -1,6 +1,10 @@
-"""``edge-sdk monitor``: a live view of the device's budget.
+"""The ``edge-sdk monitor`` subcommand: a live view of the device's budget (``edge_sdk/cli.py`` stays thin).
 
-Two sources:
+    edge-sdk monitor [--profile P] [--root DIR] [--interval S] [--count N] [--url URL] [--json]
+
+:func:`add_arguments` adds the monitor's own options (the CLI adds ``--profile``, ``--root`` and
+``--json``), :func:`run` runs it for parsed arguments and the resolved profile, and :func:`watch`
+is the loop itself, with keyword arguments. Two sources:
 
 - local (default): read this device's sensors (:class:`~edge_sdk.budget.sensors.SensorReader`,
   from ``--root``) every ``--interval`` seconds and run an observing
@@ -12,18 +16,22 @@ Two sources:
 
 Text goes to the terminal (redrawn in place on a tty); ``--json`` prints one JSON object per
 sample, for machines. ``--count N`` stops after N samples (0: until Ctrl-C).
+
+Exit status 0 (Ctrl-C too, in the CLI); a bad ``--interval`` or ``--count`` raises ``ValueError``,
+which the CLI prints as one line with status 1. Nothing above :mod:`edge_sdk.budget` is imported
+but :mod:`edge_sdk.telemetry` (``parse``, for ``--url``).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
-import urllib.request
 from datetime import datetime
 from typing import Any, Callable, TextIO
 
-__all__ = ["render_local", "render_scrape", "run"]
+__all__ = ["add_arguments", "render_local", "render_scrape", "run", "watch"]
 
 _CLEAR = "\x1b[H\x1b[2J"
 _FLAG_NAMES = (
@@ -202,7 +210,20 @@ def _shadow_view(by: dict[str, list[Any]]) -> dict[str, dict[str, Any]]:
     return view
 
 
-def run(
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The monitor's own options: ``--interval``, ``--count`` and ``--url``."""
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between samples (default 1)")
+    p.add_argument("--count", type=int, default=0, help="stop after N samples (default 0: until Ctrl-C)")
+    p.add_argument("--url", help="scrape this Prometheus endpoint of a running app (e.g. http://127.0.0.1:9100/metrics) instead")
+
+
+def run(args: argparse.Namespace, profile: Any = None) -> int:
+    """Run ``edge-sdk monitor`` with parsed ``args`` (:func:`add_arguments` plus ``--root`` and ``--json``) and the
+    resolved device ``profile`` (None with ``--url``); returns the exit status."""
+    return watch(profile=profile, root=args.root, interval_s=args.interval, count=args.count, as_json=args.json, url=args.url)
+
+
+def watch(
     *,
     profile: Any = None,
     root: str = "/",
@@ -214,14 +235,17 @@ def run(
     reader: Callable[[], Any] | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
-    """The monitor loop (``edge-sdk monitor``). ``reader``: a ready ``read()`` (tests); otherwise a
-    SensorReader for ``profile`` under ``root``."""
+    """The monitor loop: ``count`` samples (0: until interrupted) every ``interval_s`` seconds, written to ``out``
+    (default stdout). ``reader``: a ready ``read()`` (tests); otherwise a SensorReader for ``profile`` under ``root``.
+    Raises ``ValueError`` for ``interval_s <= 0`` or ``count < 0``; returns 0."""
     out = out or sys.stdout
     if interval_s <= 0 or count < 0:
         raise ValueError(f"expected --interval > 0 and --count >= 0, got {interval_s} and {count}")
     tty = not as_json and out.isatty()
     if url is not None:
-        from .telemetry import parse
+        import urllib.request
+
+        from edge_sdk.telemetry import parse
 
         i = 0
         while count == 0 or i < count:
@@ -234,8 +258,8 @@ def run(
             out.flush()
         return 0
 
-    from .budget.governor import Budget, Governor
-    from .budget.sensors import SensorReader, psutil_battery
+    from .governor import Budget, Governor
+    from .sensors import SensorReader, psutil_battery
 
     if reader is None:
         reader = SensorReader(profile, root=root, battery=psutil_battery if str(root) == "/" else None).read

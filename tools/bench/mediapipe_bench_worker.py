@@ -1,4 +1,4 @@
-"""MediaPipe Tasks FaceDetector side of tools/bench_pipeline.py (section C).
+"""MediaPipe Tasks FaceDetector side of tools/bench/bench_pipeline.py (section C).
 
 Runs inside a separate virtual environment that has ``mediapipe==0.10.21`` (which needs
 ``numpy<2``, so it cannot share edge_sdk's environment). It imports neither edge_sdk nor

@@ -1,6 +1,6 @@
 """What runtime telemetry costs ``Model.predict`` (docs/benchmarks.md, section A).
 
-Two loads of the trivial model (``tools.mobilenetv2.build_trivial(16)``, 1 thread), one with
+Two loads of the trivial model (``tools.fixtures.mobilenetv2.build_trivial(16)``, 1 thread), one with
 ``LoadOptions(telemetry=True)`` (the default) and one with ``telemetry=False``, called in
 interleaved rounds (the order alternates); reports both arms' median and p99 per call and the
 paired difference (median over rounds of the round medians' difference, which resists drift of the
@@ -9,7 +9,7 @@ periodic fold included) and one fold of 4096 pending calls.
 
 Usage::
 
-    python tools/bench_telemetry.py [--rounds 200] [--per-round 200]
+    python tools/bench/bench_telemetry.py [--rounds 200] [--per-round 200]
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository root (this file is tools/bench/bench_telemetry.py)
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     import edge_sdk
     from converters.packaging import write_package
     from edge_sdk.telemetry import FOLD_AT, ModelTelemetry, Provenance
-    from tools.mobilenetv2 import build_trivial
+    from tools.fixtures.mobilenetv2 import build_trivial
 
     pc = time.perf_counter_ns
     with tempfile.TemporaryDirectory() as tmp:

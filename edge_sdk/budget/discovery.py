@@ -1,12 +1,17 @@
 """List the sensors a device exposes (read-only, from a configurable root).
 
-This is discovery for ``edge-sdk profile``: thermal zones, hwmon chips,
+This is discovery for ``edge-sdk profile`` (:func:`scan`): thermal zones, hwmon chips,
 power supplies (batteries), INA3221 power monitors (Jetson) and Intel RAPL.
 Values are read once; units are in the field names. Thermal zones and INA3221
 rails use the parsers of :mod:`edge_sdk.budget.sensors` (a zone reading -256 C
 or garbage has ``value=None``; "sum of shunt voltages" and "NC" channels are
 skipped; both JetPack layouts are read). The continuous reader for the budgets
 is :class:`edge_sdk.budget.sensors.SensorReader`.
+
+    from edge_sdk.budget.discovery import scan
+
+    for s in scan("/"):
+        print(s.kind, s.name, s.value, s.unit)
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from edge_sdk.budget.sensors import read_ina3221, read_thermal_zones
+from .sensors import read_ina3221, read_thermal_zones
+
+__all__ = ["SensorReading", "scan"]
 
 
 @dataclass(frozen=True)

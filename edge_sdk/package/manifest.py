@@ -1,43 +1,21 @@
-"""Model packages: manifest, variants, digests and containment.
+"""The manifest schema: ``edge-model.toml`` parsed and checked into frozen dataclasses.
 
-A package is a folder holding ``edge-model.toml`` and the files it names, or a
-``.zip`` / ``.tar`` / ``.tar.gz`` of such a folder (read-only: it is extracted,
-member by member and after checks, into the package cache).
-
-Opening a package (:meth:`ModelPackage.open`) parses and validates the
-manifest, checks that every path stays inside the package, refuses pickles,
-and verifies the sha256 and size of every file a runtime could read — before
-any runtime is involved.  :meth:`ModelPackage.read_verified` reads a variant's
-bytes once and checks them again, so the bytes handed to a runtime are the
-bytes that were verified (no time-of-check/time-of-use gap).
-
-Example::
-
-    pkg = ModelPackage.open("shapes-classifier/")
-    for v in pkg.manifest.variants:
-        print(v.id, v.backend, v.precision, v.size)
+:meth:`Manifest.from_dict` checks every field (types, allowed values, unknown
+keys) and every rule that spans fields, and raises
+:class:`~edge_sdk.errors.ManifestError` naming the field; ``to_dict`` /
+``to_toml`` write the same form back. Nothing here touches the file system.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
-import os
-import stat
-from contextlib import ExitStack
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
-from typing import IO, Any, Callable, Iterable, Mapping
+from pathlib import PurePosixPath
+from typing import Any, Iterable, Mapping
 
-from . import _toml
-from ._modelfile import inspect_tflite, scan_onnx, sniff_format
-from .errors import (
-    IntegrityError,
-    ManifestError,
-    ModelFormatError,
-    UnsafePackageError,
-)
-from .profiles import BACKENDS, PRECISIONS
+from .. import _toml
+from ..errors import ManifestError, UnsafePackageError
+from ..profiles import BACKENDS, PRECISIONS
 
 MANIFEST_NAME = "edge-model.toml"
 SCHEMA_VERSION = 1
@@ -62,36 +40,6 @@ DECODER_PARAMS: dict[str, dict[str, tuple[type, ...]]] = {
 }  # fmt: skip
 DETECTION_FORMATS = ("blazeface", "yolo")
 TASKS = ("classification", "detection", "segmentation", "embedding", "audio", "raw")
-
-# Extensions that only ever hold pickled Python objects (arbitrary code on load).
-PICKLE_SUFFIXES = (".pkl", ".pickle", ".pt", ".pth", ".joblib", ".ckpt")
-MAX_ARCHIVE_BYTES = 8 * 1024**3
-MAX_ARCHIVE_MEMBERS = 10_000
-
-
-def default_cache_dir() -> Path:
-    """``$EDGE_SDK_CACHE`` or ``$XDG_CACHE_HOME/edge_sdk`` or ``~/.cache/edge_sdk``."""
-    env = os.environ.get("EDGE_SDK_CACHE")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "edge_sdk"
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    """Hex sha256 of the file at ``path``, read in ``chunk``-byte pieces."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while True:
-            b = f.read(chunk)
-            if not b:
-                break
-            h.update(b)
-    return h.hexdigest()
-
-
-# --------------------------------------------------------------------------
-# manifest types
 
 
 def _req(d: Mapping[str, Any], key: str, typ: type | tuple[type, ...], where: str) -> Any:
@@ -452,14 +400,15 @@ class Quality:
     dataset: str | None = None
     samples: int | None = None
 
-    _NUMS = ("cosine", "max_abs_error", "top1_agreement", "top5_agreement", "value")
+    #: The numeric figures (floats): what a :class:`Gate` threshold may name.
+    FIGURES = ("cosine", "max_abs_error", "top1_agreement", "top5_agreement", "value")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str) -> "Quality":
         """Parse a variant's ``quality`` table; :class:`~edge_sdk.errors.ManifestError` (naming ``where``) for an unknown key or a wrong
         type."""
-        _no_unknown(d, ("reference", "metric", "dataset", "samples", *cls._NUMS), where)
-        nums = {k: (None if (v := _opt(d, k, (int, float), where)) is None else float(v)) for k in cls._NUMS}
+        _no_unknown(d, ("reference", "metric", "dataset", "samples", *cls.FIGURES), where)
+        nums = {k: (None if (v := _opt(d, k, (int, float), where)) is None else float(v)) for k in cls.FIGURES}
         return cls(
             reference=_opt(d, "reference", str, where),
             metric=_opt(d, "metric", str, where),
@@ -495,8 +444,8 @@ class Gate:
         _no_unknown(d, ("passed", "thresholds", "failures", "forced"), where)
         th = _opt(d, "thresholds", dict, where, {})
         for k, v in th.items():
-            if k not in Quality._NUMS:
-                raise ManifestError(f"{where}.thresholds.{k}: not a quality figure; expected one of {list(Quality._NUMS)}")
+            if k not in Quality.FIGURES:
+                raise ManifestError(f"{where}.thresholds.{k}: not a quality figure; expected one of {list(Quality.FIGURES)}")
             _typed(v, (int, float), f"{where}.thresholds.{k}")
         g = cls(
             passed=_req(d, "passed", bool, where),
@@ -708,7 +657,7 @@ class Golden:
             timeout_s=float(_opt(d, "timeout_s", (int, float), where, 60.0)),
         )
         for rel, key in ((g.inputs, "inputs"), (g.outputs, "outputs")):
-            _check_relpath(rel, f"{where}.{key}")
+            check_relpath(rel, f"{where}.{key}")
         nums = [g.atol, g.rtol, g.timeout_s] + ([g.max_latency_ms] if g.max_latency_ms is not None else [])
         if not all(math.isfinite(x) and x >= 0 for x in nums) or g.timeout_s <= 0:
             raise ManifestError(f"{where}: atol, rtol, max_latency_ms must be finite and >= 0, timeout_s > 0")
@@ -740,7 +689,7 @@ class ReferenceStatsRef:
         """Parse the table; :class:`~edge_sdk.errors.ManifestError` (naming ``where``) for an unknown key, a bad digest or size."""
         _no_unknown(d, ("file", "sha256", "size"), where)
         r = cls(_req(d, "file", str, where), _hex64(_req(d, "sha256", str, where), f"{where}.sha256"), _req(d, "size", int, where))
-        _check_relpath(r.file, f"{where}.file")
+        check_relpath(r.file, f"{where}.file")
         if isinstance(r.size, bool) or r.size < 0:
             raise ManifestError(f"{where}.size: expected a byte count >= 0, got {r.size!r}")
         return r
@@ -946,12 +895,9 @@ class Manifest:
         return _toml.dumps(self.to_dict())
 
 
-# --------------------------------------------------------------------------
-# paths and archives
-
-
-def _check_relpath(rel: str, what: str) -> PurePosixPath:
-    """A manifest path must be relative, POSIX, and free of '..'."""
+def check_relpath(rel: str, what: str) -> PurePosixPath:
+    """``rel`` as a path, if it is relative, POSIX and free of '..' (as every manifest path must be); else
+    :class:`~edge_sdk.errors.UnsafePackageError` naming ``what``."""
     if not rel or "\x00" in rel or "\\" in rel:
         raise UnsafePackageError(f"{what}: path {rel!r} must be a non-empty relative POSIX path")
     p = PurePosixPath(rel)
@@ -960,342 +906,3 @@ def _check_relpath(rel: str, what: str) -> PurePosixPath:
     if any(part == ".." for part in p.parts):
         raise UnsafePackageError(f"{what}: path {rel!r} contains '..' and would escape the package")
     return p
-
-
-def _contained(root: Path, rel: str, what: str) -> Path:
-    """Resolve ``rel`` under ``root`` (following symlinks) and refuse escapes."""
-    p = _check_relpath(rel, what)
-    target = root.joinpath(*p.parts)
-    real = Path(os.path.realpath(target))
-    root_real = Path(os.path.realpath(root))
-    if real != root_real and root_real not in real.parents:
-        raise UnsafePackageError(f"{what}: {rel!r} resolves to {real}, outside the package {root_real} (symlink out?)")
-    return real
-
-
-def _looks_pickled(head: bytes) -> bool:
-    return len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5
-
-
-def _archive_kind(path: Path) -> str | None:
-    name = path.name.lower()
-    if name.endswith(".zip"):
-        return "zip"
-    if name.endswith((".tar", ".tar.gz", ".tgz", ".tar.xz", ".tar.bz2")):
-        return "tar"
-    return None
-
-
-def _safe_member_name(name: str, archive: Path) -> PurePosixPath:
-    if "\\" in name or "\x00" in name:
-        raise UnsafePackageError(f"{archive.name}: member {name!r} has a backslash or NUL in its name")
-    p = PurePosixPath(name)
-    if p.is_absolute() or name.startswith("/") or any(part == ".." for part in p.parts):
-        raise UnsafePackageError(f"{archive.name}: member {name!r} would extract outside the package (zip-slip)")
-    return p
-
-
-def _archive_members(archive: Path, stack: ExitStack) -> list[tuple[str, str, int, Callable[[], IO[bytes]]]]:
-    """(name, kind 'file'|'dir'|'link'|'other', size, opener) for every member."""
-    import tarfile
-    import zipfile
-
-    out: list[tuple[str, str, int, Callable[[], IO[bytes]]]] = []
-    if _archive_kind(archive) == "zip":
-        zf = stack.enter_context(zipfile.ZipFile(archive))
-        for info in zf.infolist():
-            mode = (info.external_attr >> 16) & 0xFFFF
-            kind = "link" if stat.S_ISLNK(mode) else ("dir" if info.is_dir() else "file")
-            out.append((info.filename, kind, info.file_size, lambda info=info: zf.open(info)))
-    else:
-        tf = stack.enter_context(tarfile.open(archive))
-        for m in tf.getmembers():
-            kind = "link" if (m.issym() or m.islnk()) else "dir" if m.isdir() else "file" if m.isfile() else "other"
-            out.append((m.name, kind, m.size, lambda m=m: tf.extractfile(m)))  # type: ignore[misc,return-value]
-    return out
-
-
-def _extract_archive(archive: Path, dest: Path) -> None:
-    """Extract member by member after checking every name, type and size.
-
-    Raises UnsafePackageError for absolute or '..' names, links, device files,
-    too many members or too many bytes; ModelFormatError for a corrupt archive.
-    """
-    import shutil
-    import tarfile
-    import zipfile
-    import zlib
-
-    kind = _archive_kind(archive)
-    if kind is None:
-        raise ModelFormatError(f"{archive.name}: not a package folder, .zip or .tar archive")
-    total = 0
-    try:
-        with ExitStack() as stack:
-            members = _archive_members(archive, stack)
-            if len(members) > MAX_ARCHIVE_MEMBERS:
-                raise UnsafePackageError(f"{archive.name}: {len(members)} members, limit {MAX_ARCHIVE_MEMBERS}")
-            for name, mkind, size, opener in members:
-                rel = _safe_member_name(name, archive)
-                if mkind == "link":
-                    raise UnsafePackageError(f"{archive.name}: member {name!r} is a symlink or hard link; links are not allowed in archives")
-                if mkind == "other":
-                    raise UnsafePackageError(f"{archive.name}: member {name!r} is not a regular file or folder")
-                total += size
-                if total > MAX_ARCHIVE_BYTES:
-                    raise UnsafePackageError(f"{archive.name}: expands past {MAX_ARCHIVE_BYTES} bytes")
-                target = dest.joinpath(*rel.parts)
-                if mkind == "dir":
-                    target.mkdir(parents=True, exist_ok=True)
-                    continue
-                target.parent.mkdir(parents=True, exist_ok=True)
-                with opener() as src, open(target, "wb") as out:
-                    shutil.copyfileobj(src, out, 1 << 20)
-    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError, zlib.error) as e:
-        raise ModelFormatError(f"{archive.name}: corrupt {kind} archive: {e}") from e
-
-
-def _package_root_in(folder: Path) -> Path:
-    """The folder holding the manifest: ``folder`` itself or its single subfolder."""
-    if (folder / MANIFEST_NAME).is_file():
-        return folder
-    subs = [p for p in folder.iterdir() if p.is_dir()]
-    if len(subs) == 1 and (subs[0] / MANIFEST_NAME).is_file():
-        return subs[0]
-    raise ManifestError(f"no {MANIFEST_NAME} at the top of the archive or in its single top folder")
-
-
-# --------------------------------------------------------------------------
-# the package
-
-
-@dataclass(frozen=True)
-class VerifiedModel:
-    """A variant's bytes, verified against the manifest, ready for a runtime.
-
-    ``path`` is the file on disk (for runtimes that must resolve external data
-    next to it); ``data`` are the verified bytes themselves.
-    """
-
-    variant: Variant
-    data: bytes
-    path: Path
-    sha256: str
-
-
-class ModelPackage:
-    """An opened, verified model package. Use :meth:`open`."""
-
-    def __init__(self, root: Path, source: Path, manifest: Manifest, manifest_sha256: str) -> None:
-        self.root = root
-        self.source = source
-        self.manifest = manifest
-        self.manifest_sha256 = manifest_sha256
-        # (variant id, sha256) whose format checks passed: the checks are a pure
-        # function of the bytes, so equal digests need not be scanned twice.
-        self._format_checked: set[tuple[str, str]] = set()
-
-    def __repr__(self) -> str:
-        return f"ModelPackage({self.manifest.name!r} {self.manifest.version}, {len(self.manifest.variants)} variants, root={str(self.root)!r})"
-
-    @classmethod
-    def open(cls, path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None, verify: bool = True) -> "ModelPackage":
-        """Open a package folder or archive and verify it.
-
-        Raises ManifestError, UnsafePackageError, IntegrityError or
-        ModelFormatError; no runtime is touched.
-        """
-        source = Path(path)
-        if not source.exists():
-            raise ManifestError(f"model package {str(source)!r} does not exist")
-        if source.is_dir():
-            root = source
-        else:
-            if _archive_kind(source) is None:
-                raise ModelFormatError(f"{source.name}: expected a package folder or a .zip/.tar archive of one")
-            digest = sha256_file(source)
-            cache = Path(cache_dir) if cache_dir else default_cache_dir()
-            dest = cache / "packages" / digest
-            done = dest / ".complete"
-            if not done.exists():
-                import shutil
-                import tempfile
-
-                tmp = Path(tempfile.mkdtemp(prefix=".extract-", dir=_mkdirs(cache / "packages")))
-                try:
-                    _extract_archive(source, tmp)
-                    if dest.exists():
-                        shutil.rmtree(dest)
-                    os.replace(tmp, dest)
-                except BaseException:
-                    shutil.rmtree(tmp, ignore_errors=True)
-                    raise
-                done.write_text(source.name)
-            root = _package_root_in(dest)
-        mpath = root / MANIFEST_NAME
-        if not mpath.is_file():
-            raise ManifestError(f"{root}: no {MANIFEST_NAME}; a model package is a folder with a manifest")
-        raw = mpath.read_bytes()
-        try:
-            data = _toml.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, _toml.TOMLDecodeError) as e:
-            raise ManifestError(f"{mpath}: not valid UTF-8 TOML: {e}") from e
-        manifest = Manifest.from_dict(data, source=str(mpath.name))
-        pkg = cls(root, source, manifest, hashlib.sha256(raw).hexdigest())
-        pkg._check_paths()
-        if verify:
-            pkg.verify()
-        return pkg
-
-    # -- checks --------------------------------------------------------------
-
-    def _files(self) -> list[tuple[str, FileRef | Variant]]:
-        out: list[tuple[str, FileRef | Variant]] = []
-        for v in self.manifest.variants:
-            out.append((f"variant {v.id}", v))
-            for e in v.external_data:
-                out.append((f"variant {v.id} external data", e))
-        return out
-
-    def _golden_refs(self) -> list[tuple[str, FileRef]]:
-        g = self.manifest.golden
-        if g is None:
-            return []
-        out = []
-        for what, rel, digest in (("golden inputs", g.inputs, g.inputs_sha256), ("golden outputs", g.outputs, g.outputs_sha256)):
-            path = _contained(self.root, rel, what)
-            out.append((what, FileRef(rel, digest, path.stat().st_size if path.is_file() else -1)))
-        return out
-
-    def _check_paths(self) -> None:
-        for what, ref in self._files():
-            _contained(self.root, ref.file, what)
-        # Refuse any pickle anywhere in the package, referenced or not.
-        root_real = Path(os.path.realpath(self.root))
-        for dirpath, dirs, filenames in os.walk(self.root):
-            for dn in dirs:  # os.walk does not follow a symlinked directory: look where it leads
-                dp = Path(dirpath) / dn
-                if dp.is_symlink():
-                    real = Path(os.path.realpath(dp))
-                    if real != root_real and root_real not in real.parents:
-                        raise UnsafePackageError(f"{dp.relative_to(self.root).as_posix()}: symlinked folder points outside the package, to {real}")
-            for fn in filenames:
-                p = Path(dirpath) / fn
-                rel = p.relative_to(self.root).as_posix()
-                if fn.lower().endswith(PICKLE_SUFFIXES):
-                    raise UnsafePackageError(f"{rel}: pickle files are not allowed in a model package (they run code when loaded)")
-                if p.is_symlink():
-                    real = Path(os.path.realpath(p))
-                    if real != root_real and root_real not in real.parents:
-                        raise UnsafePackageError(f"{rel}: symlink points outside the package, to {real}")
-                try:
-                    with open(p, "rb") as f:
-                        head = f.read(2)
-                except OSError:
-                    continue
-                if _looks_pickled(head):
-                    raise UnsafePackageError(f"{rel}: file content is a Python pickle; pickles are not allowed in a model package")
-
-    def _verify_ref(self, what: str, ref: FileRef | Variant) -> Path:
-        path = _contained(self.root, ref.file, what)
-        if not path.is_file():
-            raise IntegrityError(f"{what}: file {ref.file!r} is missing from the package")
-        size = path.stat().st_size
-        if size != ref.size:
-            raise IntegrityError(f"{what}: {ref.file} is {size} bytes, manifest says {ref.size}")
-        got = sha256_file(path)
-        if got != ref.sha256:
-            raise IntegrityError(f"{what}: {ref.file} sha256 is {got}, manifest says {ref.sha256}")
-        return path
-
-    def verify(self) -> None:
-        """Check size and sha256 of every file of every variant, then sniff each
-        model's format (ONNX structure, external data, TFLite header)."""
-        for v in self.manifest.variants:
-            self.read_verified(v)  # hashes and scans the same bytes; checks external data too
-        for what, ref in self._golden_refs():
-            self._verify_ref(what, ref)
-        rs = self.manifest.reference_stats
-        if rs is not None:
-            self._verify_ref("reference stats", FileRef(rs.file, rs.sha256, rs.size))
-
-    def read_reference_stats(self) -> bytes | None:
-        """The bytes of the ``[reference_stats]`` file, checked against its size and sha256 as read
-        (IntegrityError if they differ), or None when the manifest has none."""
-        rs = self.manifest.reference_stats
-        if rs is None:
-            return None
-        path = _contained(self.root, rs.file, "reference stats")
-        if not path.is_file():
-            raise IntegrityError(f"reference stats: file {rs.file!r} is missing from the package")
-        data = path.read_bytes()
-        got = hashlib.sha256(data).hexdigest()
-        if len(data) != rs.size or got != rs.sha256:
-            raise IntegrityError(f"reference stats: {rs.file} is {len(data)} bytes with sha256 {got}, manifest says {rs.size} bytes, {rs.sha256}")
-        return data
-
-    def _check_model_bytes(self, v: Variant, data: bytes) -> None:
-        if (v.id, v.sha256) in self._format_checked:
-            return
-        self._check_model_format(v, data)
-        self._format_checked.add((v.id, v.sha256))
-
-    def _check_model_format(self, v: Variant, data: bytes) -> None:
-        kind = sniff_format(data)
-        if kind == "pickle":
-            raise UnsafePackageError(f"variant {v.id}: {v.file} is a pickle; pickles are not allowed")
-        if kind != v.format:
-            raise ModelFormatError(f"variant {v.id}: backend {v.backend} expects a {v.format} file, {v.file} looks like {kind}")
-        if v.format == "onnx":
-            info = scan_onnx(data)
-            declared = {e.file for e in v.external_data}
-            model_dir = PurePosixPath(v.file).parent
-            for ref in info.external_data:
-                loc = ref.location
-                p = _check_relpath(loc, f"variant {v.id}: external data of tensor {ref.tensor_name!r}")
-                rel = (model_dir / p).as_posix()
-                _contained(self.root, rel, f"variant {v.id}: external data {loc!r}")
-                norm = os.path.normpath(rel)
-                if norm not in {os.path.normpath(x) for x in declared}:
-                    raise UnsafePackageError(
-                        f"variant {v.id}: tensor {ref.tensor_name!r} reads external data {loc!r} which no digest in the manifest covers "
-                        f"(declared: {sorted(declared) or 'none'})"
-                    )
-        else:
-            inspect_tflite(data)
-
-    def read_verified(self, v: Variant) -> VerifiedModel:
-        """Read the variant's bytes once, check size, digest and format again, and
-        return them: what a runtime gets is exactly what was verified."""
-        path = _contained(self.root, v.file, f"variant {v.id}")
-        if not path.is_file():
-            raise IntegrityError(f"variant {v.id}: file {v.file!r} is missing from the package")
-        try:
-            data = path.read_bytes()
-        except OSError as e:
-            raise IntegrityError(f"variant {v.id}: cannot read {v.file}: {e}") from e
-        if len(data) != v.size:
-            raise IntegrityError(f"variant {v.id}: {v.file} is {len(data)} bytes, manifest says {v.size}")
-        got = hashlib.sha256(data).hexdigest()
-        if got != v.sha256:
-            raise IntegrityError(f"variant {v.id}: {v.file} sha256 is {got}, manifest says {v.sha256}")
-        for e in v.external_data:
-            self._verify_ref(f"variant {v.id} external data", e)
-        self._check_model_bytes(v, data)
-        return VerifiedModel(variant=v, data=data, path=path, sha256=got)
-
-    def path_of(self, rel: str) -> Path:
-        """The real path of ``rel`` inside the package; :class:`~edge_sdk.errors.UnsafePackageError` if it resolves outside (``..``,
-        absolute, a symlink out)."""
-        return _contained(self.root, rel, "file")
-
-
-def _mkdirs(p: Path) -> Path:
-    p.mkdir(parents=True, exist_ok=True)
-    return p
-
-
-def file_ref(root: Path, rel: str) -> FileRef:
-    """Digest and size of ``root/rel`` (for writing manifests)."""
-    p = _contained(root, rel, "file")
-    return FileRef(rel, sha256_file(p), p.stat().st_size)

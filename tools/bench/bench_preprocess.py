@@ -1,6 +1,6 @@
 """Per-frame image preprocessing: edge_sdk's OpenCV path vs a Pillow + numpy path.
 
-    python tools/bench_preprocess.py [--frames N] [--json OUT]
+    python tools/bench/bench_preprocess.py [--frames N] [--json OUT]
 
 Both arms take the same 640x480 RGB uint8 frames to a model input (letterbox
 or stretch to 224x224 or 128x128, mean/std, NCHW float32); arms interleaved,
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository root (this file is tools/bench/bench_preprocess.py)
 sys.path.insert(0, str(ROOT))
 
 

@@ -1,6 +1,6 @@
 """Remote fallback benchmark: offload under 2x offered load, and JSON vs binary on the wire.
 
-    python tools/bench_remote.py [--seconds 10] [--json OUT]
+    python tools/bench/bench_remote.py [--seconds 10] [--json OUT]
 
 A. Encoding. One 224x224x3 uint8 frame and one 1x3x224x224 float32 tensor: request encode (client)
    and decode (server) time and size with JSON tensors vs the binary extension
@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository root (this file is tools/bench/bench_remote.py)
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -59,7 +59,7 @@ def write_packages(work: Path) -> dict[str, Path]:
     from onnx import TensorProto, helper
 
     from converters.packaging import write_package
-    from tools.mobilenetv2 import build_mobilenetv2
+    from tools.fixtures.mobilenetv2 import build_mobilenetv2
 
     out = {}
     raw = {"task": "raw"}

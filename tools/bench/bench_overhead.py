@@ -14,7 +14,7 @@ A. ``Model.predict`` overhead over a raw ``onnxruntime.InferenceSession.run``
 B. The full ``Model.predict_image`` path (preprocess included) on the demo
    package, next to ``predict`` on a model-ready tensor.
 C. fp32 vs int8 (ONNX Runtime): latency at batch 1 and 16, and agreement of the
-   logits (cosine, top-1) over 500 images from ``tools.train_demo.make_split``:
+   logits (cosine, top-1) over 500 images from ``tools.fixtures.train_demo.make_split``:
    the demo package's own variants, and a MobileNetV2-class model quantized
    here with ``quantize_static`` (QDQ, per-channel, 32 random calibration
    inputs).  An fp32-vs-fp32 row (two independent sessions) is the sanity check.
@@ -37,10 +37,10 @@ load average before and after is printed).
 
 Usage::
 
-    python tools/bench_overhead.py                  # full run, about 1 minute on 2 idle cores (under 3 when busy)
-    python tools/bench_overhead.py --quick          # smoke run, about 10-30 s
-    python tools/bench_overhead.py --json out.json --threads 1,2 [--spinning on]
-    python tools/bench_overhead.py --only-monitoring  # section F alone
+    python tools/bench/bench_overhead.py                  # full run, about 1 minute on 2 idle cores (under 3 when busy)
+    python tools/bench/bench_overhead.py --quick          # smoke run, about 10-30 s
+    python tools/bench/bench_overhead.py --json out.json --threads 1,2 [--spinning on]
+    python tools/bench/bench_overhead.py --only-monitoring  # section F alone
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository root (this file is tools/bench/bench_overhead.py)
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -259,10 +259,10 @@ def option_mismatches(sdk_session: Any, raw: Any) -> list[str]:
 
 
 def image_tensor(images: np.ndarray, hw: int) -> np.ndarray:
-    """``tools.train_demo.to_tensor`` at another size: stretch resize, /255, mean/std 0.5/0.25, NCHW float32."""
+    """``tools.fixtures.train_demo.to_tensor`` at another size: stretch resize, /255, mean/std 0.5/0.25, NCHW float32."""
     import cv2
 
-    from tools.train_demo import MEAN, STD
+    from tools.fixtures.train_demo import MEAN, STD
 
     interp = cv2.INTER_AREA if images.shape[1] > hw else cv2.INTER_LINEAR
     out = np.stack([cv2.resize(im, (hw, hw), interpolation=interp) for im in images]).astype(np.float32) / 255.0
@@ -305,7 +305,7 @@ def write_packages(b: Bench) -> dict[str, Any]:
     import onnx
 
     from converters.packaging import write_package
-    from tools.mobilenetv2 import build_mobilenetv2, build_trivial
+    from tools.fixtures.mobilenetv2 import build_mobilenetv2, build_trivial
 
     out: dict[str, Any] = {}
     pk = b.work / "packages"
@@ -471,7 +471,7 @@ def section_overhead(b: Bench, pkgs: dict[str, Any]) -> list[dict[str, Any]]:
 
 def section_predict_image(b: Bench, demo: Path) -> list[dict[str, Any]]:
     """B: predict_image (preprocess included) next to predict on a ready tensor."""
-    from tools.train_demo import make_split, to_tensor
+    from tools.fixtures.train_demo import make_split, to_tensor
 
     imgs, _ = make_split(AGREEMENT_SEED, 1)
     img = np.ascontiguousarray(imgs[0])  # 64x64x3 uint8 RGB, in memory (no file decode)
@@ -533,7 +533,7 @@ def _agreement(name: str, comp: str, a: np.ndarray, bb: np.ndarray, labels: np.n
 
 def section_precision(b: Bench, demo: Path, pkgs: dict[str, Any]) -> dict[str, Any]:
     """C: fp32 vs int8 latency (batch 1, 16) and logit agreement."""
-    from tools.train_demo import make_split, to_tensor
+    from tools.fixtures.train_demo import make_split, to_tensor
 
     p = b.plan
     lat: list[dict[str, Any]] = []
@@ -669,8 +669,8 @@ def section_monitoring(b: Bench) -> list[dict[str, Any]]:
     """F: predict with a QualityMonitor attached (every 10th / every request sampled) vs without, vs raw."""
     from converters.packaging import write_package
     from edge_sdk.quality import QualityMonitor, reference_from_model
-    from tools.mobilenetv2 import build_mobilenetv2
-    from tools.train_demo import make_split
+    from tools.fixtures.mobilenetv2 import build_mobilenetv2
+    from tools.fixtures.train_demo import make_split
 
     data = build_mobilenetv2(1.0, 224, batch=1).SerializeToString()
     pkg = b.work / "packages" / "mnv2-img"

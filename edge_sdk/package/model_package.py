@@ -1,0 +1,188 @@
+"""The opened, verified model package: :class:`ModelPackage`.
+
+Opening a package (:meth:`ModelPackage.open`) parses and validates the
+manifest, checks that every path stays inside the package, refuses pickles,
+and verifies the sha256 and size of every file a runtime could read — before
+any runtime is involved.  :meth:`ModelPackage.read_verified` reads a variant's
+bytes once and checks them again, so the bytes handed to a runtime are the
+bytes that were verified (no time-of-check/time-of-use gap).
+
+Example::
+
+    pkg = ModelPackage.open("shapes-classifier/")
+    for v in pkg.manifest.variants:
+        print(v.id, v.backend, v.precision, v.size)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from .. import _toml
+from .._modelfile import inspect_tflite, scan_onnx, sniff_format
+from ..errors import IntegrityError, ManifestError, ModelFormatError, UnsafePackageError
+from .archive import contained, package_folder, refuse_unsafe_files, verify_file
+from .manifest import MANIFEST_NAME, FileRef, Manifest, Variant, check_relpath
+
+
+@dataclass(frozen=True)
+class VerifiedModel:
+    """A variant's bytes, verified against the manifest, ready for a runtime.
+
+    ``path`` is the file on disk (for runtimes that must resolve external data
+    next to it); ``data`` are the verified bytes themselves.
+    """
+
+    variant: Variant
+    data: bytes
+    path: Path
+    sha256: str
+
+
+class ModelPackage:
+    """An opened, verified model package. Use :meth:`open`."""
+
+    def __init__(self, root: Path, source: Path, manifest: Manifest, manifest_sha256: str) -> None:
+        self.root = root
+        self.source = source
+        self.manifest = manifest
+        self.manifest_sha256 = manifest_sha256
+        # (variant id, sha256) whose format checks passed: the checks are a pure
+        # function of the bytes, so equal digests need not be scanned twice.
+        self._format_checked: set[tuple[str, str]] = set()
+
+    def __repr__(self) -> str:
+        return f"ModelPackage({self.manifest.name!r} {self.manifest.version}, {len(self.manifest.variants)} variants, root={str(self.root)!r})"
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None, verify: bool = True) -> "ModelPackage":
+        """Open a package folder or archive and verify it.
+
+        Raises ManifestError, UnsafePackageError, IntegrityError or
+        ModelFormatError; no runtime is touched.
+        """
+        source = Path(path)
+        root = package_folder(source, cache_dir)
+        mpath = root / MANIFEST_NAME
+        if not mpath.is_file():
+            raise ManifestError(f"{root}: no {MANIFEST_NAME}; a model package is a folder with a manifest")
+        raw = mpath.read_bytes()
+        try:
+            data = _toml.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, _toml.TOMLDecodeError) as e:
+            raise ManifestError(f"{mpath}: not valid UTF-8 TOML: {e}") from e
+        manifest = Manifest.from_dict(data, source=str(mpath.name))
+        pkg = cls(root, source, manifest, hashlib.sha256(raw).hexdigest())
+        pkg._check_paths()
+        if verify:
+            pkg.verify()
+        return pkg
+
+    # -- checks --------------------------------------------------------------
+
+    def _files(self) -> list[tuple[str, FileRef | Variant]]:
+        out: list[tuple[str, FileRef | Variant]] = []
+        for v in self.manifest.variants:
+            out.append((f"variant {v.id}", v))
+            for e in v.external_data:
+                out.append((f"variant {v.id} external data", e))
+        return out
+
+    def _golden_refs(self) -> list[tuple[str, FileRef]]:
+        g = self.manifest.golden
+        if g is None:
+            return []
+        out = []
+        for what, rel, digest in (("golden inputs", g.inputs, g.inputs_sha256), ("golden outputs", g.outputs, g.outputs_sha256)):
+            path = contained(self.root, rel, what)
+            out.append((what, FileRef(rel, digest, path.stat().st_size if path.is_file() else -1)))
+        return out
+
+    def _check_paths(self) -> None:
+        for what, ref in self._files():
+            contained(self.root, ref.file, what)
+        refuse_unsafe_files(self.root)  # any pickle anywhere in the package, referenced or not
+
+    def verify(self) -> None:
+        """Check size and sha256 of every file of every variant, then sniff each
+        model's format (ONNX structure, external data, TFLite header)."""
+        for v in self.manifest.variants:
+            self.read_verified(v)  # hashes and scans the same bytes; checks external data too
+        for what, ref in self._golden_refs():
+            verify_file(self.root, ref, what)
+        rs = self.manifest.reference_stats
+        if rs is not None:
+            verify_file(self.root, FileRef(rs.file, rs.sha256, rs.size), "reference stats")
+
+    def read_reference_stats(self) -> bytes | None:
+        """The bytes of the ``[reference_stats]`` file, checked against its size and sha256 as read
+        (IntegrityError if they differ), or None when the manifest has none."""
+        rs = self.manifest.reference_stats
+        if rs is None:
+            return None
+        path = contained(self.root, rs.file, "reference stats")
+        if not path.is_file():
+            raise IntegrityError(f"reference stats: file {rs.file!r} is missing from the package")
+        data = path.read_bytes()
+        got = hashlib.sha256(data).hexdigest()
+        if len(data) != rs.size or got != rs.sha256:
+            raise IntegrityError(f"reference stats: {rs.file} is {len(data)} bytes with sha256 {got}, manifest says {rs.size} bytes, {rs.sha256}")
+        return data
+
+    def _check_model_bytes(self, v: Variant, data: bytes) -> None:
+        if (v.id, v.sha256) in self._format_checked:
+            return
+        self._check_model_format(v, data)
+        self._format_checked.add((v.id, v.sha256))
+
+    def _check_model_format(self, v: Variant, data: bytes) -> None:
+        kind = sniff_format(data)
+        if kind == "pickle":
+            raise UnsafePackageError(f"variant {v.id}: {v.file} is a pickle; pickles are not allowed")
+        if kind != v.format:
+            raise ModelFormatError(f"variant {v.id}: backend {v.backend} expects a {v.format} file, {v.file} looks like {kind}")
+        if v.format == "onnx":
+            info = scan_onnx(data)
+            declared = {e.file for e in v.external_data}
+            model_dir = PurePosixPath(v.file).parent
+            for ref in info.external_data:
+                loc = ref.location
+                p = check_relpath(loc, f"variant {v.id}: external data of tensor {ref.tensor_name!r}")
+                rel = (model_dir / p).as_posix()
+                contained(self.root, rel, f"variant {v.id}: external data {loc!r}")
+                norm = os.path.normpath(rel)
+                if norm not in {os.path.normpath(x) for x in declared}:
+                    raise UnsafePackageError(
+                        f"variant {v.id}: tensor {ref.tensor_name!r} reads external data {loc!r} which no digest in the manifest covers "
+                        f"(declared: {sorted(declared) or 'none'})"
+                    )
+        else:
+            inspect_tflite(data)
+
+    def read_verified(self, v: Variant) -> VerifiedModel:
+        """Read the variant's bytes once, check size, digest and format again, and
+        return them: what a runtime gets is exactly what was verified."""
+        path = contained(self.root, v.file, f"variant {v.id}")
+        if not path.is_file():
+            raise IntegrityError(f"variant {v.id}: file {v.file!r} is missing from the package")
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise IntegrityError(f"variant {v.id}: cannot read {v.file}: {e}") from e
+        if len(data) != v.size:
+            raise IntegrityError(f"variant {v.id}: {v.file} is {len(data)} bytes, manifest says {v.size}")
+        got = hashlib.sha256(data).hexdigest()
+        if got != v.sha256:
+            raise IntegrityError(f"variant {v.id}: {v.file} sha256 is {got}, manifest says {v.sha256}")
+        for e in v.external_data:
+            verify_file(self.root, e, f"variant {v.id} external data")
+        self._check_model_bytes(v, data)
+        return VerifiedModel(variant=v, data=data, path=path, sha256=got)
+
+    def path_of(self, rel: str) -> Path:
+        """The real path of ``rel`` inside the package; :class:`~edge_sdk.errors.UnsafePackageError` if it resolves outside (``..``,
+        absolute, a symlink out)."""
+        return contained(self.root, rel, "file")
