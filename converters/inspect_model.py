@@ -13,7 +13,7 @@ bytes that were hashed (``onnx.load_model_from_string``, which like
 ``load_model(load_external_data=False)`` never opens external data: external
 weights are counted from their declared dims); TFLite files with the flatbuffer
 accessors of ``ai_edge_litert.schema_py_generated`` after
-:func:`edge_sdk._modelfile.inspect_tflite` has bounds-checked the buffer.
+:func:`edge_sdk.package.modelfile.inspect_tflite` has bounds-checked the buffer.
 Pickles (PyTorch checkpoints), zip archives, ORT-format models, unknown or
 truncated files and missing paths raise :class:`InspectError` naming the file.
 
@@ -61,8 +61,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, NamedTuple
 
-from edge_sdk._modelfile import _DTYPE_NAMES, inspect_tflite, scan_onnx, sniff_format
 from edge_sdk.errors import ModelFormatError
+from edge_sdk.package.modelfile import ONNX_DTYPE_NAMES, inspect_tflite, scan_onnx, sniff_format
 
 from .errors import ConverterError
 
@@ -289,7 +289,7 @@ def inspect_model(path: str | Path) -> ModelInspection:
 
 
 def _onnx_dtype(elem_type: int) -> str:
-    name = _DTYPE_NAMES.get(elem_type)
+    name = ONNX_DTYPE_NAMES.get(elem_type)
     if name:
         return name
     import onnx

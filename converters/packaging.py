@@ -38,7 +38,7 @@ def onnx_tensor_specs(
     no runtime) as manifest TensorSpecs. Every dynamic input dim needs bounds in
     ``dims`` (unnamed ones are called ``<tensor>_d<axis>``); 4-D inputs with 1 or
     3 channels get an NCHW/NHWC layout and ``preprocess``, if given."""
-    from edge_sdk._modelfile import scan_onnx
+    from edge_sdk.package.modelfile import scan_onnx
 
     info = scan_onnx(data)
 

@@ -32,8 +32,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from edge_sdk._modelfile import sniff_format
 from edge_sdk.package import Benchmark, Gate, ImagePreprocess, ModelPackage, Quality, TensorSpec
+from edge_sdk.package.modelfile import sniff_format
 
 from .calibration_quality import diagram_name
 from .errors import ConverterError

@@ -29,9 +29,10 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from converters.calibration import CalibrationError, load_data  # noqa: E402
-from edge_sdk import _modelfile, _toml  # noqa: E402
+from edge_sdk import _toml  # noqa: E402
 from edge_sdk.errors import EdgeSDKError  # noqa: E402
 from edge_sdk.package import ImagePreprocess, Manifest, ModelPackage, TensorSpec  # noqa: E402
+from edge_sdk.package import modelfile as _modelfile  # noqa: E402
 from edge_sdk.profiles import ProfileError, detect, read_facts  # noqa: E402
 from edge_sdk.remote import protocol  # noqa: E402
 

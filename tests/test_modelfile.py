@@ -1,4 +1,4 @@
-"""Tests for edge_sdk._modelfile: the dependency-free model-file inspector.
+"""Tests for edge_sdk.package.modelfile: the dependency-free model-file inspector.
 
 Real models are built with ``onnx.helper`` and checked two ways: against
 expected values written out by hand, and against a reference computed from the
@@ -29,8 +29,9 @@ from google.protobuf.message import DecodeError
 from onnx import TensorProto, helper, numpy_helper
 from onnx.external_data_helper import set_external_data
 
-from edge_sdk import _modelfile as mf
-from edge_sdk._modelfile import (
+from edge_sdk.errors import ModelFormatError
+from edge_sdk.package import modelfile as mf
+from edge_sdk.package.modelfile import (
     ExternalRef,
     OnnxInfo,
     TensorSig,
@@ -38,7 +39,6 @@ from edge_sdk._modelfile import (
     scan_onnx,
     sniff_format,
 )
-from edge_sdk.errors import ModelFormatError
 
 # Messages of ModelFormatError raised where the scanner is deliberately stricter
 # than protobuf (which would accept the bytes).
@@ -278,7 +278,7 @@ def _ref_sig(vi) -> TensorSig:
             d.dim_value if d.HasField("dim_value") else _txt(d.dim_param) if d.HasField("dim_param") else None
             for d in tt.shape.dim
         )
-    return TensorSig(_txt(vi.name), tt.elem_type, mf._DTYPE_NAMES.get(tt.elem_type), dims)
+    return TensorSig(_txt(vi.name), tt.elem_type, mf.ONNX_DTYPE_NAMES.get(tt.elem_type), dims)
 
 
 def reference(data: bytes):
@@ -387,7 +387,7 @@ def test_accepts_bytes_bytearray_and_memoryview_alike():
 
 
 def test_dtype_names_follow_numpy():
-    for elem, name in mf._DTYPE_NAMES.items():
+    for elem, name in mf.ONNX_DTYPE_NAMES.items():
         if elem == TensorProto.STRING:
             assert name == "string"  # numpy would say "object"
             continue
@@ -808,7 +808,7 @@ def test_module_imports_only_the_standard_library():
         """
         import sys
         before = set(sys.modules)
-        import edge_sdk._modelfile
+        import edge_sdk.package.modelfile
         new = {m.split('.')[0] for m in set(sys.modules) - before}
         bad = new & {'onnx', 'google', 'numpy', 'onnxruntime', 'flatbuffers', 'ai_edge_litert'}
         assert not bad, bad

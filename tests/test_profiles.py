@@ -34,6 +34,7 @@ from edge_sdk.profiles import (
     read_facts,
     resolve_profile,
 )
+from edge_sdk.profiles import profile as profile_module
 
 FIXTURES = Path(__file__).parent / "fixtures" / "devices"
 GPU_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
@@ -603,14 +604,14 @@ def test_detection_invariants() -> None:
 
 
 def test_profiles_dir_prefers_packaged_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fake_module = tmp_path / "site" / "edge_sdk" / "profiles.py"
+    fake_module = tmp_path / "site" / "edge_sdk" / "profiles" / "profile.py"
     fake_module.parent.mkdir(parents=True)
-    monkeypatch.setattr(profiles, "__file__", str(fake_module))
+    monkeypatch.setattr(profile_module, "__file__", str(fake_module))
     # no edge_sdk/_profiles: the checkout layout <repo>/device_profiles
     assert profiles_dir() == tmp_path / "site" / "device_profiles"
     with pytest.raises(ProfileError, match="no bundled device profiles"):
         list_profiles()
-    packaged = fake_module.parent / "_profiles"
+    packaged = fake_module.parents[1] / "_profiles"  # edge_sdk/_profiles in a wheel
     packaged.mkdir()
     (packaged / "raspberry-pi-5.toml").write_text(PI5_TEXT, encoding="utf-8")
     assert profiles_dir() == packaged
@@ -618,5 +619,5 @@ def test_profiles_dir_prefers_packaged_copy(tmp_path: Path, monkeypatch: pytest.
 
 
 def test_checkout_profiles_dir() -> None:
-    assert profiles_dir() == Path(profiles.__file__).resolve().parents[1] / "device_profiles"
+    assert profiles_dir() == Path(profiles.__file__).resolve().parents[2] / "device_profiles"  # edge_sdk/profiles/__init__.py
     assert os.path.isdir(profiles_dir())

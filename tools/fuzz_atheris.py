@@ -24,9 +24,10 @@ import atheris
 
 with atheris.instrument_imports():
     from converters.calibration import CalibrationError, load_data
-    from edge_sdk import _modelfile, _toml, profiles
+    from edge_sdk import _toml, profiles
     from edge_sdk.errors import EdgeSDKError
     from edge_sdk.package import Manifest, ModelPackage, TensorSpec
+    from edge_sdk.package import modelfile as _modelfile
     from edge_sdk.remote import protocol
 
 _TMP = Path(tempfile.mkdtemp(prefix="edge-sdk-fuzz-"))

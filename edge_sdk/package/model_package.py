@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from .. import _toml
-from .._modelfile import inspect_tflite, scan_onnx, sniff_format
 from ..errors import IntegrityError, ManifestError, ModelFormatError, UnsafePackageError
 from .archive import contained, package_folder, refuse_unsafe_files, verify_file
 from .manifest import MANIFEST_NAME, FileRef, Manifest, Variant, check_relpath
+from .modelfile import inspect_tflite, scan_onnx, sniff_format
 
 
 @dataclass(frozen=True)

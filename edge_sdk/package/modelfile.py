@@ -40,7 +40,7 @@ import struct
 from dataclasses import dataclass
 from typing import Iterator, Union
 
-from .errors import ModelFormatError, OptionsError, OptionsTypeError
+from ..errors import ModelFormatError, OptionsError, OptionsTypeError
 
 __all__ = [
     "ExternalRef",
@@ -63,7 +63,8 @@ _MASK64 = (1 << 64) - 1
 
 # TensorProto.DataType -> numpy-style dtype name (ml_dtypes names for the
 # types numpy itself lacks).  Unknown / UNDEFINED map to None.
-_DTYPE_NAMES: dict[int, str] = {
+#: ONNX TensorProto element type -> numpy dtype name (the types the SDK can feed).
+ONNX_DTYPE_NAMES: dict[int, str] = {
     1: "float32",
     2: "uint8",
     3: "int8",
@@ -657,7 +658,7 @@ class _Walker:
             return TensorSig(name, 0, None, None)
         elem = state["elem"]
         dims = state["dims"]
-        return TensorSig(name, elem, _DTYPE_NAMES.get(elem), None if dims is None else tuple(dims))
+        return TensorSig(name, elem, ONNX_DTYPE_NAMES.get(elem), None if dims is None else tuple(dims))
 
     def type_proto(self, s: int, e: int, depth: int, ctx: str, state: dict) -> None:
         """TypeProto: oneof value {tensor_type=1, sequence_type=4, map_type=5,
