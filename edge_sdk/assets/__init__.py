@@ -1,6 +1,6 @@
 """Data that ships inside the wheel: the demo model package and its sample images.
 
-The demo package ``shapes-classifier`` is trained by ``tools/train_demo.py``
+The demo package ``shapes-classifier`` is trained by ``tools/fixtures/train_demo.py``
 on shapes that script draws; its outputs are committed here.
 """
 

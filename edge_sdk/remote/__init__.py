@@ -11,4 +11,89 @@
 - :mod:`edge_sdk.remote.router`: :class:`Router`, local first, offload when local capacity is
   exceeded; every result says where it was served and why.
 - :mod:`edge_sdk.remote.errors`: the ``RemoteError`` tree.
+
+The names below are importable from here (``from edge_sdk.remote import Router, RemoteClient,
+PrivacyPolicy, remote_model``); each module loads on first use. The wire format stays a module:
+``from edge_sdk.remote import protocol``.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # for type checkers and readers: the same names, imported eagerly
+    from .breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker, RemoteEvent
+    from .client import ModelMetadata, RemoteClient, RemoteEndpoint, ServerMetadata, TensorMetadata
+    from .errors import (
+        CircuitOpenError,
+        PrivacyError,
+        RemoteAuthError,
+        RemoteBusyError,
+        RemoteConfigError,
+        RemoteError,
+        RemoteIncompatibleError,
+        RemoteProtocolError,
+        RemoteRejectedError,
+        RemoteTimeoutError,
+        RemoteTLSError,
+        RemoteUnavailableError,
+    )
+    from .privacy import MODES, PrivacyPolicy
+    from .protocol import InferRequest, InferResponse, ProtocolError
+    from .retry import RETRY_STATUSES, RetryBudget, RetryPolicy, parse_retry_after
+    from .router import TRIGGERS, RoutedResult, Router, RouterError, RouterEvent, RouterOptions, RouterTimeoutError
+    from .session import RemoteSession, check_compatible, remote_model
+
+_LAZY = {
+    "CLOSED": "breaker",
+    "CircuitBreaker": "breaker",
+    "CircuitOpenError": "errors",
+    "HALF_OPEN": "breaker",
+    "InferRequest": "protocol",
+    "InferResponse": "protocol",
+    "MODES": "privacy",
+    "ModelMetadata": "client",
+    "OPEN": "breaker",
+    "PrivacyError": "errors",
+    "PrivacyPolicy": "privacy",
+    "ProtocolError": "protocol",
+    "RETRY_STATUSES": "retry",
+    "RemoteAuthError": "errors",
+    "RemoteBusyError": "errors",
+    "RemoteClient": "client",
+    "RemoteConfigError": "errors",
+    "RemoteEndpoint": "client",
+    "RemoteError": "errors",
+    "RemoteEvent": "breaker",
+    "RemoteIncompatibleError": "errors",
+    "RemoteProtocolError": "errors",
+    "RemoteRejectedError": "errors",
+    "RemoteSession": "session",
+    "RemoteTLSError": "errors",
+    "RemoteTimeoutError": "errors",
+    "RemoteUnavailableError": "errors",
+    "RetryBudget": "retry",
+    "RetryPolicy": "retry",
+    "RoutedResult": "router",
+    "Router": "router",
+    "RouterError": "router",
+    "RouterEvent": "router",
+    "RouterOptions": "router",
+    "RouterTimeoutError": "router",
+    "ServerMetadata": "client",
+    "TRIGGERS": "router",
+    "TensorMetadata": "client",
+    "check_compatible": "session",
+    "parse_retry_after": "retry",
+    "remote_model": "session",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{mod}"), name)
