@@ -36,7 +36,8 @@ def loads(text: str, *, max_chars: int = MAX_TOML_CHARS) -> dict[str, Any]:
     if len(text) > max_chars:
         raise TOMLDecodeError(f"TOML document of {len(text)} characters is over the limit of {max_chars}")
     try:
-        return _tomllib.loads(text)
+        doc: dict[str, Any] = _tomllib.loads(text)
+        return doc
     except RecursionError:
         raise TOMLDecodeError("TOML arrays/inline tables nested too deeply (expected a flat manifest-style document)") from None
 

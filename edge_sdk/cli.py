@@ -20,7 +20,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -129,9 +129,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
     rt = det.profile.runtime
     lines.append(f"profile wants: precisions {list(rt.precisions)}, backends {list(rt.backends)}, providers {list(rt.onnxruntime_providers)}")
     lines.append(f"sensors ({len(sensors)}):")
-    for s in sensors[:40]:
-        v = "" if s.value is None else f" = {s.value:g} {s.unit}"
-        lines.append(f"  {s.kind:8s} {s.name}{v}")
+    for reading in sensors[:40]:
+        v = "" if reading.value is None else f" = {reading.value:g} {reading.unit}"
+        lines.append(f"  {reading.kind:8s} {reading.name}{v}")
     if not sensors:
         lines.append("  none found under " + args.root)
     _out(args, data, "\n".join(lines))
@@ -205,7 +205,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
         print("edge-sdk: --repeat must be >= 1", file=sys.stderr)
         return 2
     with _load(args, args.package) as model:
-        call = (lambda: model.predict_image(x, top_k=args.top_k)) if kind == "image" else (lambda: model.predict(x, top_k=args.top_k))
+        call: Callable[[], Any] = (
+            (lambda: model.predict_image(x, top_k=args.top_k)) if kind == "image" else (lambda: model.predict(x, top_k=args.top_k))
+        )
         results = [call() for _ in range(args.repeat)]
         r = results[-1]
         data = r.to_dict()

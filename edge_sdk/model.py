@@ -21,7 +21,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence, TypeGuard, Union
 
 import numpy as np
 
@@ -468,6 +468,7 @@ class Model:
         batch: int = 1,
     ) -> Result:
         cache = self._cache
+        outs: dict[str, np.ndarray] | None
         if cache is None:
             outs, hit = self._session.run(feeds), False
         else:  # a hit does not run the model (inference 0 ms, not recorded); hashing counts as inference on a miss
@@ -525,8 +526,9 @@ class Model:
         if self._reference_stats is False:
             from .package.reference_stats import ReferenceStats
 
-            data = self.package.read_reference_stats()
-            self._reference_stats = None if data is None else ReferenceStats.from_json(data, self.manifest.reference_stats.file)
+            ref = self.manifest.reference_stats
+            data = self.package.read_reference_stats()  # None exactly when ref is
+            self._reference_stats = None if data is None or ref is None else ReferenceStats.from_json(data, ref.file)
         return self._reference_stats
 
     @property
@@ -537,14 +539,15 @@ class Model:
     def predict_batch(self, items: Sequence[np.ndarray | Mapping[str, np.ndarray]], *, top_k: int | None = None) -> list[Result]:
         """Run several single-row items. Each is validated like ``predict``; when
         the model's batch dim (axis 0 of every input) is dynamic, rows are stacked
-        into calls of up to its upper bound, else run one by one. One Result per
+        into calls of up to its upper bound, else (and for detection and segmentation
+        decoders, which decode one image per call) run one by one. One Result per
         item, in order; ``Result.batch_size`` says how many rows shared the call."""
         if not items:
             e = InputError("predict_batch: expected at least one item, got an empty sequence")
             self._failed(e, "predict_batch")
             raise e
         max_b = self._max_batch()
-        if max_b <= 1:
+        if max_b <= 1 or self._decode_other is not None:  # detection / segmentation decode one image per call
             return [self.predict(x, top_k=top_k) for x in items]
         try:
             return self._predict_stacked(items, max_b, top_k)
@@ -565,12 +568,10 @@ class Model:
             feeds = {k: np.concatenate([f[k] for f in fed], axis=0) for k in fed[0]}
             t1 = time.perf_counter_ns()
             r = self._finish(feeds, t0, t1, top_k, None, batch=len(chunk))
+            rows = r.decoded if isinstance(r.decoded, tuple) else None  # classification rows (or nothing decoded)
             for i in range(len(chunk)):
                 results.append(
-                    r._replace(
-                        outputs={k: v[i : i + 1] for k, v in r.outputs.items()},
-                        decoded=(r.decoded[i],) if r.decoded is not None else None,
-                    )
+                    r._replace(outputs={k: v[i : i + 1] for k, v in r.outputs.items()}, decoded=None if rows is None else (rows[i],))
                 )
         return results
 
@@ -668,14 +669,16 @@ class Stream:
 # loading
 
 
-def _build_decoder(manifest: Any, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> Any:
+def _build_decoder(
+    manifest: Any, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]
+) -> Callable[[Mapping[str, np.ndarray], Any], Detections | SegmentationMask] | None:
     """A function (outputs, transform) -> Detections | SegmentationMask for the
     manifest's detection/segmentation decoder, or None. Built once per model."""
     dec = manifest.decoder
     if dec.kind not in ("detection", "segmentation"):
         return None
-    image = next((s for s in inputs if s.preprocess is not None), None)
-    size = image.preprocess.size_hw if image is not None else None
+    pre = next((s.preprocess for s in inputs if s.preprocess is not None), None)
+    size = pre.size_hw if pre is not None else None
     labels = manifest.labels
     p = dict(dec.params)
     if dec.kind == "segmentation":
@@ -689,7 +692,10 @@ def _build_decoder(manifest: Any, inputs: Sequence[TensorSpec], outputs: Sequenc
 
     common = {k: p[k] for k in ("score_threshold", "iou_threshold", "max_detections", "clip") if k in p}
     if p["format"] == "blazeface":
-        anchors = D.ssd_anchors(**{k: (tuple(v) if isinstance(v, tuple) else v) for k, v in dict(p["anchors"]).items()}) if "anchors" in p else None
+        anchors = None
+        if "anchors" in p:
+            anchor_kw: dict[str, Any] = {k: (tuple(v) if isinstance(v, tuple) else v) for k, v in dict(p["anchors"]).items()}
+            anchors = D.ssd_anchors(**anchor_kw)
         box_out, score_out = p["outputs"]
         weighted = p.get("nms", "weighted") == "weighted"
         label = labels[0] if labels else "face"
@@ -867,7 +873,7 @@ def _measure(
     return sel, sessions[sel.variant_id]
 
 
-def _valid_measurement(entry: Any, ids: Sequence[str]) -> bool:
+def _valid_measurement(entry: Any, ids: Sequence[str]) -> TypeGuard[dict[str, float]]:
     return (
         isinstance(entry, dict)
         and set(entry) == set(ids)

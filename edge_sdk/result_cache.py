@@ -66,7 +66,7 @@ def input_key(prefix: bytes, feeds: Mapping[str, np.ndarray]) -> bytes:
     for name in sorted(feeds):
         x = feeds[name]
         h.update(f"\0{name}\0{x.dtype.str}\0{x.shape}\0".encode())
-        h.update(memoryview(np.ascontiguousarray(x)).cast("B"))
+        h.update(np.ascontiguousarray(x).data.cast("B"))  # .data: the array's memoryview
     return h.digest()
 
 

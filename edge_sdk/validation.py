@@ -42,7 +42,7 @@ class _One:
         self.is_float = spec.dtype in _FLOATS
         self.acc = np.float32 if spec.dtype == "float16" else None  # float16 sums overflow at 65504
         # (axis, fixed value or None, lo, hi, dim name)
-        checks = []
+        checks: list[tuple[int, int | None, int, int, str | None]] = []
         for ax, d in enumerate(spec.shape):
             if isinstance(d, int):
                 checks.append((ax, d, d, d, None))
@@ -54,7 +54,7 @@ class _One:
             str(d) if isinstance(d, int) else f"{d}:{lo}..{hi}" for d, (_, _, lo, hi, _) in zip(spec.shape, checks)
         ) + "]"
 
-    def check(self, x: Any, finite: bool = True) -> np.ndarray:
+    def check(self, x: object, finite: bool = True) -> np.ndarray:
         if type(x) is not np.ndarray:
             if isinstance(x, np.ndarray):
                 x = np.asarray(x)  # ndarray subclass (e.g. memmap): a view, not a copy

@@ -114,3 +114,44 @@ def test_segmentation_decoder_from_manifest(tmp_path: Path) -> None:
         assert isinstance(r.decoded, SegmentationMask) and r.decoded.class_map.shape == (64, 128)
         red = r.decoded.mask("red")
         assert red[:, 66:94].all() and not red[:, :60].any() and not red[:, 100:].any()
+
+
+def test_predict_batch_of_a_segmentation_model_with_a_dynamic_batch(tmp_path: Path) -> None:
+    """A per-image decoder over a batchable model: predict_batch gives each item its own mask, the
+    same as predict (stacking rows into one call would hand the decoder a batch it cannot split)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.zeros((2, 3, 2, 2), np.float32)
+    w[1, 0], w[0, 0] = 1.0, -1.0
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], strides=[2, 2], kernel_shape=[2, 2])],
+        "seg", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 2, 16, 16])], [numpy_helper.from_array(w, "w")],
+    )  # fmt: skip
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    write_package(
+        tmp_path / "seg",
+        {
+            "schema": 1, "name": "seg", "version": "1", "task": "segmentation", "labels": ["background", "red"],
+            "decoder": {"kind": "segmentation", "layout": "NCHW", "activation": "softmax", "upsample": "nearest"},
+            "inputs": [{"name": "x", "dtype": "float32", "shape": ["batch", 3, 32, 32], "layout": "NCHW", "dims": {"batch": [1, 4]}}],
+            "outputs": [{"name": "y", "dtype": "float32", "shape": ["batch", 2, 16, 16]}],
+            "variants": [{"id": "fp32", "file": "s.onnx", "backend": "onnxruntime", "precision": "fp32"}],
+        },  # fmt: skip
+        {"s.onnx": m.SerializeToString()},
+    )
+    items = []
+    for col in (0, 8, 16):  # a bright red band at a different place in each item
+        x = np.zeros((1, 3, 32, 32), np.float32)
+        x[0, 0, :, col : col + 8] = 1.0
+        items.append(x)
+    with edge_sdk.load(tmp_path / "seg", "generic-x86_64") as model:
+        batch = model.predict_batch(items)
+        single = [model.predict(x) for x in items]
+    assert len(batch) == 3
+    for b, s in zip(batch, single):
+        assert isinstance(b.decoded, SegmentationMask) and b.batch_size == 1
+        assert np.array_equal(b.decoded.class_map, s.decoded.class_map)
+    maps = [b.decoded.class_map for b in batch]
+    assert not np.array_equal(maps[0], maps[1]) and not np.array_equal(maps[1], maps[2])

@@ -976,3 +976,18 @@ def test_importing_pipelines_loads_no_opencv_or_runtime() -> None:
     code = "import sys, edge_sdk.pipelines; print([m for m in ('cv2', 'onnxruntime', 'picamera2') if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=Path(__file__).parents[1])
     assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_any_path_like_names_a_source_as_a_path_does(tmp_path: Path) -> None:
+    for i in range(2):
+        cv2.imwrite(str(tmp_path / f"{i}.png"), np.full((8, 8, 3), 40 * i, np.uint8))
+
+    class PathLike:  # an os.PathLike that is not a pathlib.Path
+        def __fspath__(self) -> str:
+            return str(tmp_path)
+
+    a, b = source_from_uri(PathLike()), source_from_uri(tmp_path)
+    assert type(a) is type(b) and a.name == b.name
+    with a, b:
+        fa, fb = [f.image for f in a], [f.image for f in b]
+    assert len(fa) == len(fb) == 2 and all(np.array_equal(x, y) for x, y in zip(fa, fb))

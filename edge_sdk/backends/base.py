@@ -172,7 +172,8 @@ def _module(name: str) -> ModuleType:
 
 def backend_status(name: str) -> BackendStatus:
     """Is the runtime for ``name`` importable here, and which version/providers."""
-    return _module(name).status()
+    status: BackendStatus = _module(name).status()  # each backend module's status() (ort, litert)
+    return status
 
 
 def all_backend_status() -> dict[str, BackendStatus]:
@@ -183,7 +184,8 @@ def all_backend_status() -> dict[str, BackendStatus]:
 def open_session(backend: str, model: ModelSource, options: SessionOptions) -> Session:
     """Open a session on ``backend``. Raises BackendUnavailableError (names the
     extra to install) or SessionError (the runtime refused the model)."""
-    return _module(backend).open_session(model, options)
+    session: Session = _module(backend).open_session(model, options)
+    return session
 
 
 # numpy dtype names for the dtypes manifests use

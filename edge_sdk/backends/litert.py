@@ -177,7 +177,8 @@ class LiteRTSession(Session):
 def _quantize(x: np.ndarray, q: tuple[float, int], dtype: np.dtype) -> np.ndarray:
     info = np.iinfo(dtype)
     v = np.rint(x / np.float32(q[0])) + q[1]
-    return np.clip(v, info.min, info.max).astype(dtype)
+    out: np.ndarray = np.clip(v, info.min, info.max).astype(dtype)
+    return out
 
 
 def open_session(model: ModelSource, options: SessionOptions) -> Session:

@@ -121,8 +121,8 @@ class OrtSession(Session):
         super().__init__()
         ort = _ort()
         t0 = time.perf_counter()
-        providers, notes = choose_providers(options.providers, tuple(ort.get_available_providers()))
-        notes = list(notes)
+        providers, choice_notes = choose_providers(options.providers, tuple(ort.get_available_providers()))
+        notes = list(choice_notes)
         so = ort.SessionOptions()
         so.intra_op_num_threads = options.threads
         so.inter_op_num_threads = 1

@@ -18,8 +18,18 @@ The names below load on first use (``python -m edge_sdk.bench.coldstart`` must s
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_getattr
+
+if TYPE_CHECKING:  # for type checkers and readers: the same names, imported eagerly
+    from .coldstart import measure_cold_start
+    from .compare import compare_reports, render_comparison
+    from .options import SCENARIOS, BenchError, BenchOptions
+    from .plot import write_plot
+    from .report import SCHEMA_VERSION, load_schema, read_json, render_markdown, render_text, validate_report, write_json
+    from .runner import run_bench, search_max_rate
+
 
 _LAZY = {
     "BenchOptions": "options",
@@ -42,9 +52,4 @@ _LAZY = {
 
 __all__ = sorted(_LAZY)
 
-
-def __getattr__(name: str) -> Any:
-    mod = _LAZY.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'edge_sdk.bench' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{mod}"), name)
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -163,7 +163,8 @@ def build_row(
 def load_schema() -> dict[str, Any]:
     """The report's JSON Schema (shipped as ``edge_sdk/bench/schema.json``)."""
     text = resources.files(__package__).joinpath("schema.json").read_text(encoding="utf-8")
-    return json.loads(text)
+    schema: dict[str, Any] = json.loads(text)
+    return schema
 
 
 def validate_report(report: Mapping[str, Any]) -> None:

@@ -177,7 +177,7 @@ def run_bench(
                 cold.append(_cold_row(vid, manifest.variant(vid).backend, state, got[state]))
 
     ended = _pc()
-    report = {
+    report: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "edge-sdk bench", "edge_sdk_version": __version__},
         "created_utc": started.isoformat(timespec="seconds"),
@@ -214,7 +214,8 @@ def run_bench(
         "warnings": warnings,
     }
     report["environment"]["rss_peak_mb"] = peak_rss_mb()
-    return clean(report)
+    cleaned: dict[str, Any] = clean(report)
+    return cleaned
 
 
 # ----------------------------------------------------------------------------------------- set-up

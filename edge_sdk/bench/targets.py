@@ -318,7 +318,8 @@ class RawLiteRTTarget(Target):
         scale, zp = d.get("quantization", (0.0, 0))
         if dt.kind in "iu" and x.dtype.kind == "f" and scale:
             info = np.iinfo(dt)
-            return np.clip(np.rint(x / np.float32(scale)) + zp, info.min, info.max).astype(dt)
+            q: np.ndarray = np.clip(np.rint(x / np.float32(scale)) + zp, info.min, info.max).astype(dt)
+            return q
         return np.ascontiguousarray(x.astype(dt, copy=False))
 
     def _run(self, feeds: Mapping[str, np.ndarray]) -> None:

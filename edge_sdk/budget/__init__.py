@@ -16,8 +16,30 @@ The names below are importable from here; the modules load on first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_getattr
+
+if TYPE_CHECKING:  # for type checkers and readers: the same names, imported eagerly
+    from .actions import (
+        Action,
+        ActionContext,
+        ActionUnavailable,
+        LighterVariant,
+        LowerRate,
+        ModelTarget,
+        Offload,
+        PausableTarget,
+        PauseLowPriority,
+        RateTarget,
+        SwappableModel,
+        default_ladder,
+    )
+    from .governor import Budget, Governor, GovernorEvent
+    from .sensors import RecordedRunner, SensorReader, SensorUnavailable
+    from .simulator import ThermalModel, ThermalSimulator
+    from .types import GovernorState, SensorSnapshot, ThrottledFlags
+
 
 _LAZY = {
     "SensorSnapshot": "types",
@@ -47,9 +69,4 @@ _LAZY = {
 
 __all__ = sorted(_LAZY)
 
-
-def __getattr__(name: str) -> Any:
-    mod = _LAZY.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'edge_sdk.budget' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{mod}"), name)
+__getattr__ = lazy_getattr(__name__, _LAZY)

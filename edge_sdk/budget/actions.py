@@ -92,7 +92,7 @@ class SwappableModel(Protocol):
     def lighter_variant_ids(self) -> list[str]:
         """Lighter variants this device could run instead, the mildest step first."""
 
-    def with_variant(self, variant_id: str) -> Any:
+    def with_variant(self, variant_id: str) -> "SwappableModel":
         """A new model: the same package and options, with ``variant_id``."""
 
     def close(self) -> None:

@@ -31,6 +31,8 @@ import time
 from datetime import datetime
 from typing import Any, Callable, TextIO
 
+from ..errors import OptionsError
+
 __all__ = ["add_arguments", "render_local", "render_scrape", "run", "watch"]
 
 _CLEAR = "\x1b[H\x1b[2J"
@@ -240,7 +242,7 @@ def watch(
     Raises ``ValueError`` for ``interval_s <= 0`` or ``count < 0``; returns 0."""
     out = out or sys.stdout
     if interval_s <= 0 or count < 0:
-        raise ValueError(f"expected --interval > 0 and --count >= 0, got {interval_s} and {count}")
+        raise OptionsError(f"expected --interval > 0 and --count >= 0, got {interval_s} and {count}")
     tty = not as_json and out.isatty()
     if url is not None:
         import urllib.request
@@ -272,6 +274,7 @@ def watch(
         i += 1
         gov.step()
         snap = gov.last_snapshot
+        assert snap is not None  # step() always leaves one
         events = list(gov.events)
         new, seen = events[seen:], len(events)
         name = getattr(profile, "name", "no profile")

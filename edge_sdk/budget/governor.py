@@ -550,10 +550,11 @@ class Governor:
             elif t >= b.soft_c:
                 hot = 1
                 why.append(f"temp {t:.1f} C >= soft limit {b.soft_c:g} C")
-        throttled = s.throttled is not None and s.throttled.any_now
-        if throttled:
+        throttled = False
+        if s.throttled is not None and s.throttled.any_now:
+            throttled = True
             hot = 2
-            why.append(f"firmware throttling now (throttled=0x{s.throttled.raw:x})")  # type: ignore[union-attr]
+            why.append(f"firmware throttling now (throttled=0x{s.throttled.raw:x})")
         power_cool = True
         mean = self._mean_power()
         if b.power_budget_w is not None:
@@ -574,7 +575,9 @@ class Governor:
             hot = max(hot, 1)
         if unknown:
             why.append("; ".join(unknown) + f" (unknown_policy={b.unknown_policy})")
-        temp_ok = lambda limit: (t <= limit - b.hysteresis_c) if t is not None else ignore  # noqa: E731
+        def temp_ok(limit: float) -> bool:
+            return (t <= limit - b.hysteresis_c) if t is not None else ignore
+
         cool = {
             2: temp_ok(b.hard_c) and not throttled and (hot < 2),
             1: temp_ok(b.soft_c) and power_cool and not throttled and hot == 0,

@@ -520,19 +520,19 @@ def _is_pmic(reading: TempReading) -> bool:
 
 def _watched(temps: Sequence[TempReading], zones: Sequence[str], unknown: dict[str, str]) -> float | None:
     """The temperature the budget watches; see :class:`SensorReader`."""
-    readable = [t for t in temps if t.temp_c is not None and not _is_pmic(t)]
+    readable = [(t, t.temp_c) for t in temps if t.temp_c is not None and not _is_pmic(t)]
     if zones:
         wanted = {z.casefold() for z in zones}
-        named = [t.temp_c for t in readable if t.source == "thermal_zone" and t.name.casefold() in wanted]
+        named = [c for t, c in readable if t.source == "thermal_zone" and t.name.casefold() in wanted]
         if named:
-            return max(named)  # type: ignore[type-var]
-        fallback = "the hottest CPU/SoC-like sensor" if any(is_cpu_like(t) for t in readable) else "the hottest sensor"
+            return max(named)
+        fallback = "the hottest CPU/SoC-like sensor" if any(is_cpu_like(t) for t, _ in readable) else "the hottest sensor"
         _put(unknown, "temp_c", f"none of the profile's zones {list(zones)} could be read; watching {fallback} instead")
-    cpu = [t.temp_c for t in readable if is_cpu_like(t)]
+    cpu = [c for t, c in readable if is_cpu_like(t)]
     if cpu:
-        return max(cpu)  # type: ignore[type-var]
+        return max(cpu)
     if readable:
-        return max(t.temp_c for t in readable)  # type: ignore[type-var]
+        return max(c for _, c in readable)
     _put(unknown, "temp_c", "no readable temperature sensor" if temps else "no thermal zone or hwmon temperature found")
     return None
 
@@ -542,7 +542,7 @@ def _sum_rails(rails: Sequence[RailReading], what: str, unknown: dict[str, str])
     if missing:
         _put(unknown, "board_power", f"{what}: no power reading for {', '.join(missing)} this time")
         return None
-    return sum(r.power_w for r in rails)  # type: ignore[misc]
+    return sum(r.power_w for r in rails if r.power_w is not None)  # all of them (above)
 
 
 def _board_power(
@@ -558,9 +558,10 @@ def _board_power(
             return rail.power_w, f"rail {rail.name}"
     if profile_rails:
         chosen = [by_name.get(name.casefold()) for name in profile_rails]
-        if all(r is not None for r in chosen):
-            source = f"profile rails {'+'.join(r.name for r in chosen)}"  # type: ignore[union-attr]
-            return _sum_rails(chosen, source, unknown), source  # type: ignore[arg-type]
+        found = [r for r in chosen if r is not None]
+        if len(found) == len(chosen):
+            source = f"profile rails {'+'.join(r.name for r in found)}"
+            return _sum_rails(found, source, unknown), source
         absent = [n for n, r in zip(profile_rails, chosen) if r is None]
         _put(unknown, "profile_rails", f"profile power.rails {absent} not found; using the sum of the rails found instead")
     if rapl:
@@ -799,7 +800,7 @@ class SensorReader:
     def _vcgencmd_commands(self) -> list[tuple[str, ...]]:
         if not self._use_vcgencmd:
             return []
-        commands = [("vcgencmd", "get_throttled")]
+        commands: list[tuple[str, ...]] = [("vcgencmd", "get_throttled")]
         sensor = self.profile.power.sensor if self.profile is not None else None
         if sensor == "pi5-pmic":
             commands.append(("vcgencmd", "pmic_read_adc"))
@@ -858,9 +859,10 @@ class SensorReader:
                 if before is None:
                     _put(unknown, key, "needs two samples (power is the energy difference between reads)")
                 else:
-                    delta, dt = energy - before[0], now - before[1]
-                    if delta < 0:  # the counter wrapped at max_energy_range_uj
-                        delta = delta + zone.max_range_uj if zone.max_range_uj is not None else None
+                    diff, dt = energy - before[0], now - before[1]
+                    delta: float | None = diff
+                    if diff < 0:  # the counter wrapped at max_energy_range_uj
+                        delta = diff + zone.max_range_uj if zone.max_range_uj is not None else None
                     if delta is None:
                         _put(unknown, key, "counter went backwards and max_energy_range_uj is unknown")
                     elif dt <= 0:

@@ -38,7 +38,9 @@ class ThrottledFlags:
     @classmethod
     def from_int(cls, raw: int) -> "ThrottledFlags":
         """Decode the integer ``vcgencmd get_throttled`` prints."""
-        b = lambda bit: bool(raw >> bit & 1)  # noqa: E731
+        def b(bit: int) -> bool:
+            return bool(raw >> bit & 1)
+
         return cls(raw, b(0), b(1), b(2), b(3), b(16), b(17), b(18), b(19))
 
     @property
@@ -105,7 +107,7 @@ class SensorSnapshot:
     unknown: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     board_power_source: str | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict of the snapshot: temperatures with their trip points, board power, rails, throttled flags,
         battery."""
         return {

@@ -14,6 +14,7 @@ import hashlib
 import os
 import stat
 from contextlib import ExitStack
+from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import IO, Callable
 
@@ -95,12 +96,18 @@ def _archive_members(archive: Path, stack: ExitStack) -> list[tuple[str, str, in
         for info in zf.infolist():
             mode = (info.external_attr >> 16) & 0xFFFF
             kind = "link" if stat.S_ISLNK(mode) else ("dir" if info.is_dir() else "file")
-            out.append((info.filename, kind, info.file_size, lambda info=info: zf.open(info)))
+            out.append((info.filename, kind, info.file_size, partial(zf.open, info)))
     else:
         tf = stack.enter_context(tarfile.open(archive))
+
+        def tar_member(m: tarfile.TarInfo) -> IO[bytes]:
+            f = tf.extractfile(m)
+            assert f is not None  # only "file" members are opened, and extractfile returns None only for the others
+            return f
+
         for m in tf.getmembers():
             kind = "link" if (m.issym() or m.islnk()) else "dir" if m.isdir() else "file" if m.isfile() else "other"
-            out.append((m.name, kind, m.size, lambda m=m: tf.extractfile(m)))  # type: ignore[misc,return-value]
+            out.append((m.name, kind, m.size, partial(tar_member, m)))
     return out
 
 

@@ -177,8 +177,8 @@ class ModelPackage:
         got = hashlib.sha256(data).hexdigest()
         if got != v.sha256:
             raise IntegrityError(f"variant {v.id}: {v.file} sha256 is {got}, manifest says {v.sha256}")
-        for e in v.external_data:
-            verify_file(self.root, e, f"variant {v.id} external data")
+        for ext in v.external_data:
+            verify_file(self.root, ext, f"variant {v.id} external data")
         self._check_model_bytes(v, data)
         return VerifiedModel(variant=v, data=data, path=path, sha256=got)
 

@@ -38,7 +38,7 @@ import math
 import re
 import struct
 from dataclasses import dataclass
-from typing import Iterator, Union
+from typing import Iterator, TypedDict, Union
 
 from ..errors import ModelFormatError, OptionsError, OptionsTypeError
 
@@ -53,6 +53,8 @@ __all__ = [
 ]
 
 Buffer = Union[bytes, bytearray, memoryview]
+#: What the walkers index: :func:`_as_buffer`'s result (a memoryview is cast to bytes "B").
+_Buf = Union[bytes, memoryview]
 
 #: Highest ``max_depth`` accepted.  A message level costs at most two Python
 #: frames, so this stays far below the interpreter's recursion limit (protobuf
@@ -187,7 +189,7 @@ def _as_buffer(data: Buffer) -> bytes | memoryview:
 # --- protobuf wire format --------------------------------------------------------
 
 
-def _read_varint(buf, pos: int, end: int, what: str) -> tuple[int, int]:
+def _read_varint(buf: _Buf, pos: int, end: int, what: str) -> tuple[int, int]:
     """Decode the varint at ``pos`` (which must end before ``end``)."""
     start = pos
     result = 0
@@ -218,7 +220,7 @@ def _int32(v: int) -> int:
     return v - (1 << 32) if v >= (1 << 31) else v
 
 
-def _fields(buf, pos: int, end: int, ctx: str) -> Iterator[tuple[int, int, int, int]]:
+def _fields(buf: _Buf, pos: int, end: int, ctx: str) -> Iterator[tuple[int, int, int, int]]:
     """Walk the fields of one message occupying ``buf[pos:end]``.
 
     Yields ``(field_number, wire_type, a, b)``: for a varint ``a`` is its value
@@ -390,6 +392,26 @@ _OVERLONG_VARINT = re.compile(rb"[\x80-\xff]{10}")
 _PACKED_SIZE = {"fixed32s": 4, "fixed64s": 8}
 
 
+class _TypeState(TypedDict):
+    """What :meth:`_Walker.type_proto` has decoded so far: the oneof member set
+    (``"tensor"``, another member's field number, or None), and for a tensor its
+    element type and dims (None until a shape chunk is seen)."""
+
+    kind: int | str | None
+    elem: int
+    dims: list[int | str | None] | None
+
+
+class _GraphSignature(TypedDict):
+    """What :meth:`_Walker.graph` collects from the top-level graph."""
+
+    name: str
+    inputs: list[TensorSig]
+    outputs: list[TensorSig]
+    initializers: set[str]
+    node_count: int
+
+
 class _Walker:
     """State of one :func:`scan_onnx` call: the buffer and what was collected.
 
@@ -399,7 +421,7 @@ class _Walker:
     message being entered (ModelProto is 0).
     """
 
-    def __init__(self, buf, max_depth: int) -> None:
+    def __init__(self, buf: _Buf, max_depth: int) -> None:
         self.buf = buf
         self.max_depth = max_depth
         self.external: list[ExternalRef] = []
@@ -461,7 +483,7 @@ class _Walker:
 
     # messages holding tensors or subgraphs
 
-    def graph(self, s: int, e: int, depth: int, ctx: str, main: dict | None = None) -> None:
+    def graph(self, s: int, e: int, depth: int, ctx: str, main: _GraphSignature | None = None) -> None:
         """GraphProto: node=1, name=2, initializer=5, sparse_initializer=15,
         input=11, output=12.  ``main`` collects the top-level graph's signature."""
         self.enter(depth, s, ctx)
@@ -568,7 +590,7 @@ class _Walker:
             self.external_ref(name, location_flag, entries, s, ctx)
         return name
 
-    def external_ref(self, name: str, flag: int, entries, start: int, ctx: str) -> None:
+    def external_ref(self, name: str, flag: int, entries: list[tuple[str, str, int]], start: int, ctx: str) -> None:
         info: dict[str, str] = {}
         for key, value, at in entries:
             if key in ("location", "offset", "length"):
@@ -646,7 +668,7 @@ class _Walker:
         self.enter(depth, s, ctx)
         d = depth + 1
         name = ""
-        state = {"kind": None, "elem": 0, "dims": None}
+        state: _TypeState = {"kind": None, "elem": 0, "dims": None}
         for f, w, a, b in _fields(self.buf, s, e, ctx):
             if f == 1 and w == 2:
                 name = self.text(a, b, ctx + ".name")
@@ -660,7 +682,7 @@ class _Walker:
         dims = state["dims"]
         return TensorSig(name, elem, ONNX_DTYPE_NAMES.get(elem), None if dims is None else tuple(dims))
 
-    def type_proto(self, s: int, e: int, depth: int, ctx: str, state: dict) -> None:
+    def type_proto(self, s: int, e: int, depth: int, ctx: str, state: _TypeState) -> None:
         """TypeProto: oneof value {tensor_type=1, sequence_type=4, map_type=5,
         opaque_type=7, sparse_tensor_type=8, optional_type=9}; only tensor_type
         is decoded.  Chunks merge as in protobuf: a later oneof member clears
@@ -670,25 +692,26 @@ class _Walker:
         for f, w, a, b in _fields(self.buf, s, e, ctx):
             if f == 1 and w == 2:
                 if state["kind"] != "tensor":
-                    state.update(kind="tensor", elem=0, dims=None)
+                    state.update({"kind": "tensor", "elem": 0, "dims": None})
                 self.tensor_type(a, b, d, ctx + ".tensor_type", state)
             else:
                 if w == 2 and f in (4, 5, 7, 8, 9):
-                    state.update(kind=f, elem=0, dims=None)
+                    state.update({"kind": f, "elem": 0, "dims": None})
                 self.other("TypeProto", f, w, a, b, d, ctx)
 
-    def tensor_type(self, s: int, e: int, depth: int, ctx: str, state: dict) -> None:
+    def tensor_type(self, s: int, e: int, depth: int, ctx: str, state: _TypeState) -> None:
         """TypeProto.Tensor: elem_type=1, shape=2 (repeated chunks append dims)."""
         self.enter(depth, s, ctx)
         for f, w, a, b in _fields(self.buf, s, e, ctx):
             if f == 1 and w == 0:
                 state["elem"] = _int32(a)
             elif f == 2 and w == 2:
-                if state["dims"] is None:
-                    state["dims"] = []
-                self.shape(a, b, depth + 1, ctx + ".shape", state["dims"])
+                dims = state["dims"]
+                if dims is None:
+                    dims = state["dims"] = []
+                self.shape(a, b, depth + 1, ctx + ".shape", dims)
 
-    def shape(self, s: int, e: int, depth: int, ctx: str, dims: list) -> None:
+    def shape(self, s: int, e: int, depth: int, ctx: str, dims: list[int | str | None]) -> None:
         """TensorShapeProto: dim=1 (Dimension: oneof dim_value=1 / dim_param=2)."""
         self.enter(depth, s, ctx)
         dctx = ctx + ".dim"
@@ -726,7 +749,7 @@ class _Walker:
         producer = ""
         opsets: dict[str, int] = {}
         graph_seen = False
-        main = {"name": "", "inputs": [], "outputs": [], "initializers": set(), "node_count": 0}
+        main: _GraphSignature = {"name": "", "inputs": [], "outputs": [], "initializers": set(), "node_count": 0}
         for f, w, a, b in _fields(self.buf, s, e, ctx):
             if f == 1 and w == 0:
                 ir_version = _signed64(a)
@@ -795,7 +818,7 @@ _ZIP_LOCAL = b"PK\x03\x04"
 _ZIP_CENTRAL = b"PK\x01\x02"
 
 
-def _zip_member_names(buf) -> set[bytes]:
+def _zip_member_names(buf: _Buf) -> set[bytes]:
     """Member names from the central directory (via zipfile) *and* from every
     local/central header signature found, so a damaged archive still shows them."""
     import zipfile  # lazily: only zip-shaped files (a torch checkpoint) get here
@@ -863,7 +886,7 @@ _TFL_MAX_ELEMENTS = 1 << 18
 class _FlatBuffer:
     """Bounds-checked reads over a flatbuffer; every failure is a ModelFormatError."""
 
-    def __init__(self, buf) -> None:
+    def __init__(self, buf: _Buf) -> None:
         self.buf = buf
         self.n = len(buf)
 
@@ -876,15 +899,18 @@ class _FlatBuffer:
 
     def u16(self, pos: int, what: str) -> int:
         self.need(pos, 2, what)
-        return struct.unpack_from("<H", self.buf, pos)[0]
+        value: int = struct.unpack_from("<H", self.buf, pos)[0]
+        return value
 
     def u32(self, pos: int, what: str) -> int:
         self.need(pos, 4, what)
-        return struct.unpack_from("<I", self.buf, pos)[0]
+        value: int = struct.unpack_from("<I", self.buf, pos)[0]
+        return value
 
     def u64(self, pos: int, what: str) -> int:
         self.need(pos, 8, what)
-        return struct.unpack_from("<Q", self.buf, pos)[0]
+        value: int = struct.unpack_from("<Q", self.buf, pos)[0]
+        return value
 
     def table(self, pos: int, what: str) -> tuple[int, int, int]:
         """Check a table and its vtable; return (table_pos, vtable_pos, table_size)."""
@@ -920,7 +946,7 @@ class _FlatBuffer:
             )
         return pos + off
 
-    def vector(self, tbl, index: int, elem_size: int, what: str) -> tuple[int, int] | None:
+    def vector(self, tbl: tuple[int, int, int], index: int, elem_size: int, what: str) -> tuple[int, int] | None:
         """(first_element_pos, count) of a vector field, bounds-checked."""
         at = self.field(tbl, index, 4, what)
         if at is None:

@@ -121,7 +121,8 @@ class Summary:
 
     def cdf(self, x: np.ndarray) -> np.ndarray:
         """The reference CDF at ``x`` (linear between the stored points, 0 below, 1 above)."""
-        return np.interp(x, self.cdf_x, self.cdf_p, left=0.0, right=1.0)
+        p: np.ndarray = np.interp(x, self.cdf_x, self.cdf_p, left=0.0, right=1.0)
+        return p
 
 
 def bin_index(edges: Sequence[float] | np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -285,8 +286,8 @@ class Extractor:
     def describe_inputs(self) -> dict[str, dict[str, Any]]:
         """Input name -> its kind ("image": layout, channels; "features": rank) for the inputs that have summaries."""
         out: dict[str, dict[str, Any]] = {}
-        for name, layout, *_rest in self._images:
-            out[name] = {"kind": "image", "layout": layout, "channels": list(_rest[2])}
+        for name, layout, _a, _b, chans, *_rest in self._images:
+            out[name] = {"kind": "image", "layout": layout, "channels": list(chans)}
         for name, rank in self._features:
             out[name] = {"kind": "features", "rank": rank}
         return out

@@ -146,7 +146,8 @@ def _boxes(det: Any) -> list[tuple[tuple[float, float, float, float], float, str
             continue
         s = float(scores[i]) if i < len(scores) else float("nan")
         lab = labels[i] if i < len(labels) else ""
-        out.append((tuple(float(v) for v in box), s, str(lab.item() if isinstance(lab, np.generic) else lab)))  # type: ignore[misc]
+        x1, y1, x2, y2 = (float(v) for v in box)
+        out.append(((x1, y1, x2, y2), s, str(lab.item() if isinstance(lab, np.generic) else lab)))
     return out
 
 
@@ -163,7 +164,7 @@ def frame_result_record(fr: "FrameResult") -> dict[str, Any]:
     classification: index, label, score), ``detections`` (xyxy, score, label), and, when neither
     is there, ``output_shapes`` (name -> shape)."""
     r = fr.result
-    prov = getattr(r, "provenance", None)
+    prov: Any = getattr(r, "provenance", None)
     rec: dict[str, Any] = {
         "index": fr.index,
         "timestamp_ms": fr.timestamp_ms,
@@ -263,7 +264,8 @@ class AnnotatedVideoSink(Sink):
         self._annotate(img, fr)
         if self._writer is None:
             self._start_writer(self.size_wh or (img.shape[1], img.shape[0]))
-        w, h = self.size_wh  # type: ignore[misc]
+        assert self.size_wh is not None  # _start_writer set it with the writer
+        w, h = self.size_wh
         if (img.shape[1], img.shape[0]) != (w, h):
             img = cv2.resize(img, (w, h), interpolation=cv2.INTER_AREA)
         self._writer.write(img)

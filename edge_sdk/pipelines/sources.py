@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import enum
 import math
+import os
 import re
 import threading
 import time
@@ -90,7 +91,7 @@ def _now_ms() -> float:
 # values
 
 
-def _checked_image(image: Any) -> np.ndarray:
+def _checked_image(image: object) -> np.ndarray:
     """The frame image contract: HxWx3 or HxWx1 uint8 (HxW becomes HxWx1), both sides >= 1.
     Returns a read-only view (the caller's array keeps its own flags). Nothing is cast."""
     if not isinstance(image, np.ndarray):
@@ -107,7 +108,7 @@ def _checked_image(image: Any) -> np.ndarray:
         raise InvalidFrameError(f"expected a frame of shape HxWx3, HxWx1 or HxW, got {image.shape}{hint}")
     if image.shape[0] < 1 or image.shape[1] < 1:
         raise InvalidFrameError(f"frame has an empty side: shape {image.shape}")
-    view = image.view()
+    view: np.ndarray = image.view()
     view.flags.writeable = False
     return view
 
@@ -817,7 +818,9 @@ class SyntheticSource(FrameSource):
         elif self._interrupt.is_set():
             return None
         if self._iter is None:
-            item = self._frames(i)  # type: ignore[operator]
+            frames = self._frames
+            assert callable(frames)  # _open made no iterator: frames is the function
+            item = frames(i)
             if item is None:
                 return None
         else:
@@ -836,7 +839,7 @@ def _pattern(w: int, h: int) -> Callable[[int], np.ndarray]:
     base[:] = np.linspace(0, 255, w, dtype=np.float32).astype(np.uint8)[None, :, None]
 
     def make(i: int) -> np.ndarray:
-        img = base.copy()
+        img: np.ndarray = base.copy()
         x = (i * 8) % w
         img[:, x : x + 8] = (0, 0, 255)
         return img
@@ -946,7 +949,7 @@ _KNOWN = (
 
 
 def source_from_uri(
-    uri: str | int | Path,
+    uri: str | int | os.PathLike[str],
     options: SourceOptions | None = None,
     *,
     capture_factory: CaptureFactory | None = None,
@@ -975,8 +978,9 @@ def source_from_uri(
             capture_factory=capture_factory,
             on_event=on_event,
         )
-    if isinstance(uri, Path):
-        return _from_path(str(uri), str(uri), seams)
+    if isinstance(uri, os.PathLike):  # a Path or any other path-like object
+        path = os.fspath(uri)
+        return _from_path(path, path, seams)
     if not isinstance(uri, str) or not uri:
         raise UnknownSourceError(f"source: expected a URI, path or camera index, got {uri!r}")
     if " ! " in uri:

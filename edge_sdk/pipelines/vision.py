@@ -100,6 +100,7 @@ from .sinks import CallbackSink, Sink
 from .sources import Frame, FrameDrop, FrameSource, SourceOptions, SourceState, source_from_uri
 
 if TYPE_CHECKING:  # pragma: no cover
+
     from ..model import Result
 
 __all__ = ["DROP_POLICIES", "DROP_REASONS", "FrameResult", "PipelineCounters", "PipelineOptions", "PipelineState", "VisionPipeline"]
@@ -296,7 +297,7 @@ class VisionPipeline:
     def __init__(
         self,
         model: Any,
-        source: FrameSource | str | int | os.PathLike[str],
+        source: FrameSource | str | int | os.PathLike[str],  # what source_from_uri takes
         options: PipelineOptions | None = None,
         *,
         sinks: Iterable[Sink | Callable[[FrameResult], Any]] = (),
@@ -788,7 +789,7 @@ class VisionPipeline:
                     fr = (frame, result, _now_ms())
                 except Exception as e:
                     err = e
-                drop = None
+                drop: FrameDrop | None = None
                 with self._cond:
                     self._inferring -= 1
                     n = busy[key] - 1
@@ -804,7 +805,8 @@ class VisionPipeline:
                     self._cond.notify_all()
                 if err is not None:
                     self._report_error(err, frame)
-                    self._report_drops([drop])  # type: ignore[list-item]
+                if drop is not None:  # set exactly when err is
+                    self._report_drops([drop])
         finally:
             with self._cond:
                 self._workers_alive -= 1
@@ -843,8 +845,8 @@ class VisionPipeline:
                     self._processed += 1
                     self._sink_errors += len(failures)
                     self._cond.notify_all()
-                for e in failures:
-                    self._report_error(e, fr.frame)
+                for err in failures:
+                    self._report_error(err, fr.frame)
         finally:
             with self._cond:
                 self._state = PipelineState.STOPPED

@@ -15,7 +15,7 @@ class Classification(NamedTuple):
 
     Immutable (a NamedTuple, cheap to build on the hot path)."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # shadows tuple.index; the public field name stays
     label: str
     score: float
 
@@ -27,7 +27,8 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     """Numerically stable softmax along ``axis``, as float32."""
     x = x.astype(np.float32, copy=False)
     e = np.exp(x - x.max(axis=axis, keepdims=True))
-    return e / e.sum(axis=axis, keepdims=True)
+    p: np.ndarray = e / e.sum(axis=axis, keepdims=True)
+    return p
 
 
 def decode_classification(

@@ -165,6 +165,13 @@ def _frozen(a: np.ndarray) -> np.ndarray:
     return a
 
 
+def _names(d: "Detections") -> tuple[str, ...]:
+    """``d.labels``: always a tuple once ``__post_init__`` has run (None is only the constructor's default)."""
+    labels = d.labels
+    assert labels is not None
+    return labels
+
+
 def _as_float32(name: str, v: Any) -> np.ndarray:
     a = np.asarray(v)
     if a.dtype.kind not in "fiu":
@@ -269,8 +276,8 @@ class Detections:
             np.concatenate([d.xyxy for d in full]),
             np.concatenate([d.scores for d in full]),
             np.concatenate([d.class_ids for d in full]),
-            tuple(s for d in full for s in d.labels),
-            None if k is None else np.concatenate([d.keypoints for d in full]),  # type: ignore[misc]
+            tuple(s for d in full for s in _names(d)),
+            None if k is None else np.concatenate([d.keypoints for d in full if d.keypoints is not None]),  # k: all have them
         )
 
     # -- container protocol ---------------------------------------------------
@@ -301,11 +308,12 @@ class Detections:
                 raise IndexError(
                     f"Detections index: expected int, slice, bool mask or int array, got {type(index).__name__} of dtype {a.dtype}"
                 )
+        names = _names(self)
         return Detections(
             self.xyxy[idx],
             self.scores[idx],
             self.class_ids[idx],
-            tuple(self.labels[int(i)] for i in idx),  # type: ignore[index]
+            tuple(names[int(i)] for i in idx),
             None if self.keypoints is None else self.keypoints[idx],
         )
 
@@ -314,13 +322,13 @@ class Detections:
 
     def __repr__(self) -> str:
         k = "" if self.keypoints is None else f", keypoints={self.keypoints.shape[1]}"
-        return f"Detections(n={len(self)}, labels={sorted(set(self.labels))}{k})"  # type: ignore[arg-type]
+        return f"Detections(n={len(self)}, labels={sorted(set(_names(self)))}{k})"
 
     def _row(self, i: int) -> Detection:
         kp = None
         if self.keypoints is not None:
             kp = tuple((float(x), float(y)) for x, y in self.keypoints[i].tolist())
-        return Detection(BBox(*self.xyxy[i].tolist()), float(self.scores[i]), int(self.class_ids[i]), self.labels[i], kp)  # type: ignore[index]
+        return Detection(BBox(*self.xyxy[i].tolist()), float(self.scores[i]), int(self.class_ids[i]), _names(self)[i], kp)
 
     # -- derived ----------------------------------------------------------------
 
@@ -330,7 +338,8 @@ class Detections:
 
     def areas(self) -> np.ndarray:
         """float32 [N] box areas in square pixels."""
-        return (self.xyxy[:, 2] - self.xyxy[:, 0]) * (self.xyxy[:, 3] - self.xyxy[:, 1])
+        areas: np.ndarray = (self.xyxy[:, 2] - self.xyxy[:, 0]) * (self.xyxy[:, 3] - self.xyxy[:, 1])
+        return areas
 
     def sorted(self) -> "Detections":
         """Best score first; ties keep their order."""
@@ -359,12 +368,13 @@ class Detections:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: ``{"detections": [{"xyxy", "score", "class_id", "label"[, "keypoints"]}, ...]}``."""
         rows = []
+        names = _names(self)
         for i in range(len(self)):
             r: dict[str, Any] = {
                 "xyxy": [float(v) for v in self.xyxy[i]],
                 "score": float(self.scores[i]),
                 "class_id": int(self.class_ids[i]),
-                "label": self.labels[i],  # type: ignore[index]
+                "label": names[i],
             }
             if self.keypoints is not None:
                 r["keypoints"] = self.keypoints[i].tolist()
@@ -428,7 +438,8 @@ def box_iou(a: Any, b: Any) -> np.ndarray:
 
 
 def _iou_one(box: np.ndarray, others: np.ndarray) -> np.ndarray:
-    return box_iou(box[None], others)[0]
+    iou: np.ndarray = box_iou(box[None], others)[0]
+    return iou
 
 
 def nms(
@@ -667,7 +678,7 @@ def _hw(size: int | tuple[int, int], where: str) -> tuple[int, int]:
     if isinstance(size, (int, np.integer)) and not isinstance(size, bool):
         return int(size), int(size)
     try:
-        h, w = size  # type: ignore[misc]
+        h, w = size  # type: ignore[misc]  # a bool lands here (and fails, as it must): mypy cannot narrow int out
     except (TypeError, ValueError):
         raise OptionsError(f"{where}: input_size: expected an int or (height, width), got {size!r}") from None
     if int(h) < 1 or int(w) < 1:
@@ -705,7 +716,8 @@ def _labels_for(ids: np.ndarray, labels: Sequence[str]) -> tuple[str, ...]:
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-np.clip(x, -100.0, 100.0)))
+    s: np.ndarray = 1.0 / (1.0 + np.exp(-np.clip(x, -100.0, 100.0)))
+    return s
 
 
 # --------------------------------------------------------------------------
@@ -783,15 +795,16 @@ def decode_blazeface(
     # to input pixels (IoU is unchanged by this axis-aligned scaling, so NMS may run here)
     boxes *= (w_in, h_in, w_in, h_in)
     kps *= (w_in, h_in)
+    kept_kps: np.ndarray | None
     if weighted:
         wn = weighted_nms(boxes, sc, iou_threshold, keypoints=kps, max_detections=max_detections)
-        idx, boxes, kps = wn.indices, wn.xyxy, wn.keypoints
+        idx, boxes, kept_kps = wn.indices, wn.xyxy, wn.keypoints
     else:
         idx = nms(boxes, sc, iou_threshold, max_detections=max_detections)
-        boxes, kps = boxes[idx], kps[idx]
-    boxes, kps = _to_source(boxes, kps, transform, clip=clip, input_hw=(h_in, w_in))
+        boxes, kept_kps = boxes[idx], kps[idx]
+    boxes, kept_kps = _to_source(boxes, kept_kps, transform, clip=clip, input_hw=(h_in, w_in))
     m = idx.size
-    return Detections(boxes, sc[idx], np.zeros(m, np.int32), (label,) * m, kps)
+    return Detections(boxes, sc[idx], np.zeros(m, np.int32), (label,) * m, kept_kps)
 
 
 # --------------------------------------------------------------------------

@@ -45,13 +45,13 @@ def load_image_bgr(path: str | Path) -> np.ndarray:
     data = np.fromfile(p, dtype=np.uint8) if p.is_file() else None
     if data is None or data.size == 0:
         raise ImageError(f"image file {str(p)!r} does not exist or is empty")
-    img = cv2.imdecode(data, cv2.IMREAD_COLOR)
+    img: np.ndarray | None = cv2.imdecode(data, cv2.IMREAD_COLOR)
     if img is None:
         raise ImageError(f"{str(p)!r} is not an image OpenCV can decode (expected PNG, JPEG, BMP, ...)")
     return img
 
 
-def _check_image(img: Any) -> np.ndarray:
+def _check_image(img: object) -> np.ndarray:
     if not isinstance(img, np.ndarray):
         raise ImageError(f"expected an image as a numpy uint8 array HxWx3, got {type(img).__name__}")
     if img.dtype != np.uint8:

@@ -46,7 +46,8 @@ def resize_reference(img: np.ndarray, size_wh: tuple[int, int], interpolation: s
         # and floor() at exact multiples such as 70 * 400/224 = 125 sees it)
         ys = np.minimum(np.floor(np.arange(h) * (1.0 / (h / src_h))).astype(np.int64), src_h - 1)
         xs = np.minimum(np.floor(np.arange(w) * (1.0 / (w / src_w))).astype(np.int64), src_w - 1)
-        return img[ys][:, xs]
+        picked: np.ndarray = img[ys][:, xs]
+        return picked
     if interpolation != "linear":
         raise ImageError(f"the reference path implements 'linear' and 'nearest' resizing, not {interpolation!r}")
     y0, y1, wy = _linear_axis(src_h, h)
@@ -55,7 +56,8 @@ def resize_reference(img: np.ndarray, size_wh: tuple[int, int], interpolation: s
     top = f[y0][:, x0] * (1 - wx)[None, :, None] + f[y0][:, x1] * wx[None, :, None]
     bot = f[y1][:, x0] * (1 - wx)[None, :, None] + f[y1][:, x1] * wx[None, :, None]
     out = top * (1 - wy)[:, None, None] + bot * wy[:, None, None]
-    return np.clip(np.floor(out + 0.5), 0, 255).astype(np.uint8)
+    rounded: np.ndarray = np.clip(np.floor(out + 0.5), 0, 255).astype(np.uint8)
+    return rounded
 
 
 def preprocess_image_reference(img: np.ndarray, spec: TensorSpec, *, color: str = "RGB") -> np.ndarray:

@@ -91,7 +91,8 @@ class SegmentationMask:
 
     def mask(self, cls: int | str) -> np.ndarray:
         """bool [H, W]: the pixels of class ``cls`` (index or label)."""
-        return self.class_map == self.class_index(cls)
+        m: np.ndarray = self.class_map == self.class_index(cls)
+        return m
 
     def label(self, index: int) -> str:
         """The label of class ``index``, or the index as text if there is no label for it."""
@@ -140,7 +141,8 @@ def _bilinear_axis(a: np.ndarray, pos: np.ndarray, axis: int) -> np.ndarray:
     shape = [1] * a.ndim
     shape[axis] = -1
     w = w.reshape(shape)
-    return np.take(a, i0, axis=axis) * (1 - w) + np.take(a, i1, axis=axis) * w
+    out: np.ndarray = np.take(a, i0, axis=axis) * (1 - w) + np.take(a, i1, axis=axis) * w
+    return out
 
 
 def decode_segmentation(
@@ -232,7 +234,9 @@ def decode_segmentation(
         if upsample == "nearest" and not keep_probabilities:
             index_map = _classify(scores, threshold)
 
-    out_h, out_w = (index_map if index_map is not None else scores).shape[:2]  # type: ignore[union-attr]
+    grid = index_map if index_map is not None else scores
+    assert grid is not None  # layout NHW sets index_map, the others scores
+    out_h, out_w = grid.shape[:2]
     if transform is not None:
         if input_size is None:
             in_h, in_w = out_h, out_w
@@ -252,7 +256,8 @@ def decode_segmentation(
             else:
                 scores = _bilinear_axis(_bilinear_axis(scores, ys, 0), xs, 1)
     if index_map is None:
-        index_map = _classify(scores, threshold)  # type: ignore[arg-type]
+        assert scores is not None  # as above
+        index_map = _classify(scores, threshold)
     dtype = np.uint8 if n_classes <= 256 else np.int32
     return SegmentationMask(
         index_map.astype(dtype), labels, scores.astype(np.float32) if (keep_probabilities and scores is not None) else None
@@ -262,4 +267,5 @@ def decode_segmentation(
 def _classify(scores: np.ndarray, threshold: float) -> np.ndarray:
     if scores.shape[2] == 1:
         return (scores[:, :, 0] >= threshold).astype(np.int64)
-    return np.argmax(scores, axis=2)
+    best: np.ndarray = np.argmax(scores, axis=2)
+    return best

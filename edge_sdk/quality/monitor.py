@@ -22,7 +22,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
 
 import numpy as np
 
@@ -31,13 +31,16 @@ from ..errors import OptionsError
 from ..package.reference_stats import Extractor, ReferenceStats, ReferenceStatsError, bin_index
 from ..telemetry.core import Sample
 
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
 _log = logging.getLogger(__name__)
 
 PSI_EPS = 1e-4  # a share of 0 in a bin counts as this (the usual PSI guard against log(0))
 INDICATORS = ("drift", "low_confidence", "schema")
 
 
-def psi(expected: np.ndarray, actual: np.ndarray, eps: float = PSI_EPS) -> float:
+def psi(expected: ArrayLike, actual: ArrayLike, eps: float = PSI_EPS) -> float:
     """Population stability index of two share vectors over the same bins:
     ``sum((a - e) * ln(a / e))`` with shares under ``eps`` raised to ``eps``."""
     e = np.maximum(np.asarray(expected, np.float64), eps)

@@ -605,7 +605,11 @@ class ShadowChecker:
     def reference_label(self) -> str:
         """``local:<variant id>`` or ``remote:<endpoint url>``."""
         if self.kind == "remote":
-            return f"remote:{self.reference.session.client.endpoint.url}"
+            from ..remote.session import RemoteSession  # loaded already: the reference is remote
+
+            s = self.reference.session
+            assert isinstance(s, RemoteSession)  # what remote_model opens
+            return f"remote:{s.client.endpoint.url}"
         return f"local:{self.reference.variant.id}"
 
     @property

@@ -19,8 +19,9 @@ PrivacyPolicy, remote_model``); each module loads on first use. The wire format 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_getattr
 
 if TYPE_CHECKING:  # for type checkers and readers: the same names, imported eagerly
     from .breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker, RemoteEvent
@@ -91,9 +92,4 @@ _LAZY = {
 
 __all__ = sorted(_LAZY)
 
-
-def __getattr__(name: str) -> Any:
-    mod = _LAZY.get(name)
-    if mod is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{mod}"), name)
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -235,7 +235,8 @@ def tensor_from_bytes(buf: bytes | memoryview, datatype: str, shape: Sequence[in
     arr = np.frombuffer(buf, dtype=dt).reshape(tuple(shape))
     if datatype == "BOOL" and arr.size and not np.isin(np.frombuffer(buf, np.uint8), (0, 1)).all():
         raise ProtocolError(f"{where}: BOOL bytes must be 0 or 1")
-    return arr.copy()
+    out: np.ndarray = arr.copy()
+    return out
 
 
 # ----------------------------------------------------------------------------------- messages
@@ -334,7 +335,8 @@ def _tensors(items: Any, rest: memoryview, where: str) -> tuple[dict[str, np.nda
                 raise ProtocolError(f"{w}: binary_data_size {size} runs past the body ({len(rest) - pos} bytes left)")
             if "data" in t:
                 raise ProtocolError(f"{w}: both 'data' and binary_data_size")
-            out[name] = tensor_from_bytes(rest[pos : pos + size], t.get("datatype"), _shape(t.get("shape"), w), w)
+            datatype: Any = t.get("datatype")  # unchecked JSON, as in tensor_from_json: dtype_of refuses a non-name
+            out[name] = tensor_from_bytes(rest[pos : pos + size], datatype, _shape(t.get("shape"), w), w)
             pos += size
         else:
             out[name] = tensor_from_json(t, w)

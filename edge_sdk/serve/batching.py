@@ -64,7 +64,7 @@ class Job:
     feeds: Mapping[str, np.ndarray]
     rows: int
     key: StackKey
-    future: Future = field(default_factory=Future)
+    future: Future[dict[str, np.ndarray]] = field(default_factory=Future)
     enqueued: float = field(default_factory=time.perf_counter)
 
 
@@ -163,7 +163,7 @@ class ModelWorker:
         """Requests waiting in the queue now."""
         return len(self._pending)
 
-    def submit(self, job: Job) -> Future:
+    def submit(self, job: Job) -> Future[dict[str, np.ndarray]]:
         """Queue ``job``; its future gets the outputs (or the model's exception)."""
         with self._cond:
             if self._stopping:

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import OptionsError
+
 TIMED_CALLS = 5
 
 
@@ -101,7 +103,7 @@ def run_health_check(package_dir: Path, timeout_s: float, *, start_method: str =
     elif start_method == "spawn":
         out = _run_spawned(str(package_dir), timeout_s)
     else:
-        raise ValueError(f"start_method: expected 'spawn' or 'fork', got {start_method!r}")
+        raise OptionsError(f"start_method: expected 'spawn' or 'fork', got {start_method!r}")
     wall = time.monotonic() - t0
     return HealthResult(bool(out.get("ok")), str(out.get("reason", "")), out.get("latency_ms"), wall)
 

@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import MissingDependencyError, ModelPackageError
 from ..package import MANIFEST_NAME
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 SIGNATURE_NAME = "edge-model.sig"
 
@@ -23,7 +27,7 @@ class SignatureVerificationError(ModelPackageError):
     """A package's signature is missing where required, malformed, or not made by a trusted key."""
 
 
-def _ed25519():  # type: ignore[no-untyped-def]
+def _ed25519() -> ModuleType:
     try:
         from cryptography.hazmat.primitives.asymmetric import ed25519
     except ImportError as e:  # pragma: no cover - the signing extra is installed in tests

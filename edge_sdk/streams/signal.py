@@ -284,7 +284,7 @@ class WindowResult(NamedTuple):
     """
 
     stream_id: Hashable
-    index: int
+    index: int  # type: ignore[assignment]  # shadows tuple.index; the public field name stays
     start_sample: int
     timestamp_ms: float
     duration_ms: float
@@ -304,7 +304,7 @@ class WindowResult(NamedTuple):
 
 
 class _Frame(NamedTuple):
-    index: int
+    window: int  # WindowResult.index (not "index": that would shadow tuple.index)
     start_sample: int
     timestamp_ms: float
     epoch: int
@@ -425,7 +425,8 @@ class _Framer:
             self._anchor_ts, self._anchor_idx = ts, self._in_idx
         else:
             expected = self._anchor_ts + (self._in_idx - self._anchor_idx) * self._ms_per_sample
-            last_ts: float = self._last_ts  # type: ignore[assignment]  # set with the anchor
+            last_ts = self._last_ts
+            assert last_ts is not None  # set with the anchor
             delta = ts - expected
             tol = o.timestamp_tolerance_ms
             if ts <= last_ts:
@@ -479,6 +480,8 @@ class _Framer:
     def _append(self, x: np.ndarray, frames: list[_Frame]) -> None:
         """Copy ``x`` through the buffer, cutting every full window into ``frames``."""
         buf, window, hop = self._buf, self._window, self._hop
+        anchor_ts = self._anchor_ts
+        assert anchor_ts is not None  # push() anchors the clock before it appends
         cap = buf.shape[0]
         n = x.shape[0]
         i = 0
@@ -503,7 +506,7 @@ class _Framer:
                     _Frame(
                         self._index,
                         start,
-                        self._anchor_ts + (start - self._anchor_idx) * self._ms_per_sample,  # type: ignore[operator]
+                        anchor_ts + (start - self._anchor_idx) * self._ms_per_sample,
                         self.epoch,
                         self._filled_in(start, start + window),
                         data,
@@ -631,7 +634,7 @@ class _Binding:
                 f"batch_size={batch_size}: {self._batch_limit} (layout {self.opts_layout!r}; a batch needs a dynamic batch dim "
                 f"with bounds [1, n >= batch_size] on axis 0 of the signal input and on batch_axis of each state input)"
             )
-        state_out = {o: ax for _, o, ax in self.pairs}
+        state_out = {o: ax for _, o, ax in self.pairs if ax is not None}  # all of them, when stateful (above)
         for spec in model.outputs:
             ax = state_out.get(spec.name, 0)
             if spec.rank <= ax or isinstance(spec.shape[ax], int):
@@ -647,7 +650,7 @@ class _Binding:
 
 
 def _results(frames: list[_Frame], results: list["Result"], stream_id: Hashable, duration_ms: float) -> list[WindowResult]:
-    return [WindowResult(stream_id, f.index, f.start_sample, f.timestamp_ms, duration_ms, f.epoch, f.filled, r) for f, r in zip(frames, results)]
+    return [WindowResult(stream_id, f.window, f.start_sample, f.timestamp_ms, duration_ms, f.epoch, f.filled, r) for f, r in zip(frames, results)]
 
 
 # --- one stream -------------------------------------------------------------------------------
@@ -1118,6 +1121,7 @@ class StreamRouter:
             states = []
             for p in rows:
                 st = p.state
+                assert st is not None  # a stateful stream's windows carry its state
                 if st.epoch != p.frame.epoch:  # the stream restarted since this state was made
                     st.arrays, st.epoch = b.row_init, p.frame.epoch
                 states.append(st.arrays)
@@ -1125,7 +1129,7 @@ class StreamRouter:
                 feeds[name] = np.concatenate([a[name] for a in states], axis=ax)
         r = b.model.predict(feeds)
         outs = r.outputs
-        state_out = {o: (i, ax) for i, o, ax in pairs}
+        state_out = {o: (i, ax) for i, o, ax in pairs if ax is not None}  # all of them: check_batching
         split = []  # (output name, its n rows as views of one array, state input it feeds or None)
         for name, v in outs.items():
             i_name, ax = state_out.get(name, (None, 0))
@@ -1140,6 +1144,7 @@ class StreamRouter:
             lead = np.ascontiguousarray(np.moveaxis(v, ax, 0)) if ax else v
             split.append((name, list(lead.reshape((n,) + row_shape)), i_name))
         dec = r.decoded
+        assert dec is None or isinstance(dec, tuple)  # check_batching refuses detection and segmentation decoders
         rest = (r.timings, r.variant_id, r.backend, r.model_name, r.model_version, r.model_sha256, n, r.transform)
         R = type(r)
         dur = self.options.window_ms
@@ -1147,10 +1152,12 @@ class StreamRouter:
         for i, p in enumerate(rows):
             o = {name: col[i] for name, col, _ in split}
             if pairs:
-                p.state.arrays = {i_name: col[i] for _, col, i_name in split if i_name is not None}  # type: ignore[union-attr]
+                st = p.state
+                assert st is not None  # as above
+                st.arrays = {i_name: col[i] for _, col, i_name in split if i_name is not None}
             f = p.frame
             res = R(o, (dec[i],) if dec is not None else None, *rest)
-            ready.append(WindowResult(p.stream.stream_id, f.index, f.start_sample, f.timestamp_ms, dur, f.epoch, f.filled, res))
+            ready.append(WindowResult(p.stream.stream_id, f.window, f.start_sample, f.timestamp_ms, dur, f.epoch, f.filled, res))
 
     # -- events -----------------------------------------------------------------------------
 
@@ -1168,7 +1175,7 @@ class StreamRouter:
             return out
 
 
-def _hashable(stream_id: Any) -> Hashable:
+def _hashable(stream_id: Hashable) -> Hashable:
     try:
         hash(stream_id)
     except TypeError:

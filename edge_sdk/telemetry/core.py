@@ -139,7 +139,6 @@ EDGES_NS: tuple[float, ...] = tuple(10.0 ** (2 + j / BUCKETS_PER_DECADE) for j i
 #: ``x <= edge``, so bucketing is the same, and int-to-int comparisons make ``bisect`` ~2x faster.
 _EDGES_INT: tuple[int, ...] = tuple(math.floor(e) for e in EDGES_NS)
 N_BUCKETS = len(EDGES_NS) + 1
-_SUM = N_BUCKETS  # a histogram's count list holds the sum of its values (ns) in this last slot
 #: The most a percentile read from a histogram is off, relative, for values in (100 ns, 100 s].
 PERCENTILE_ERROR = math.sqrt(10.0 ** (1 / BUCKETS_PER_DECADE)) - 1.0
 #: Bucket edges kept in the Prometheus exposition: every tenth, 1 us .. 100 s (indexes into EDGES_NS).
@@ -242,10 +241,11 @@ class Histogram(_Reader):
     """Durations in fixed exponential buckets (module docs); thread-safe (one lock per record).
     For a standalone measurement; a model's stages are recorded by :class:`ModelTelemetry`."""
 
-    __slots__ = ("_c", "_lock")
+    __slots__ = ("_c", "_sum", "_lock")
 
     def __init__(self) -> None:
-        self._c = [0] * (N_BUCKETS + 1)  # bucket counts, then the sum (ns)
+        self._c = [0] * N_BUCKETS  # bucket counts
+        self._sum: int | float = 0  # the sum (ns): an int until a float duration is recorded
         self._lock = threading.Lock()
 
     def record_ns(self, ns: int | float) -> None:
@@ -254,7 +254,7 @@ class Histogram(_Reader):
         i = bisect_left(_EDGES_INT if isinstance(ns, int) else EDGES_NS, ns)
         with self._lock:
             c[i] += 1
-            c[_SUM] += ns
+            self._sum += ns
 
     def record_s(self, seconds: float) -> None:
         """Record one duration in seconds."""
@@ -263,8 +263,8 @@ class Histogram(_Reader):
     def snapshot(self) -> HistogramSnapshot:
         """The bucket counts and sum now, as a :class:`HistogramSnapshot`."""
         with self._lock:
-            c = list(self._c)
-        return HistogramSnapshot(tuple(c[:N_BUCKETS]), c[_SUM])
+            counts, total = tuple(self._c), self._sum
+        return HistogramSnapshot(counts, total)
 
 
 def _histogram_samples(snap: HistogramSnapshot, name: str, help: str, labels: Mapping[str, str]) -> list[Sample]:
@@ -354,7 +354,7 @@ class ModelTelemetry:
     GIL, so no lock and no new object. The pending values are bucketed in bulk (numpy
     ``searchsorted`` over the same edges, then ``bincount``) when anything is read, or by the
     recording thread once FOLD_AT (4096) calls are pending, which bounds the memory (about 0.5 to
-    1 ms, once per 4096 calls, on a 2-vCPU x86 box: ``tools/bench_telemetry.py``)."""
+    1 ms, once per 4096 calls, on a 2-vCPU x86 box: ``tools/bench/bench_telemetry.py``)."""
 
     def __init__(self, provenance: Provenance) -> None:
         import numpy as np  # a dependency of the SDK, imported here so `import edge_sdk.telemetry` stays light
@@ -614,8 +614,10 @@ def forget_model(model: Any) -> bool:
     Provenance); True if it was there. Models still open keep recording into the old object,
     which is no longer exported; a later load starts from zero."""
     p = model if isinstance(model, Provenance) else getattr(model, "provenance", None)
+    if p is None:
+        return False
     with _models_lock:
-        return _models.pop(p, None) is not None  # type: ignore[arg-type]
+        return _models.pop(p, None) is not None
 
 
 def open_provenances() -> list[Provenance]:

@@ -30,20 +30,20 @@ def _escape(v: str) -> str:
 def render(samples: Iterable[Sample]) -> str:
     """The text exposition of ``samples`` (grouped by family, HELP/TYPE once per family; the
     samples of a histogram family keep the order they came in)."""
-    by_family: dict[str, list[Sample]] = {}
+    by_family: dict[str, list[tuple[Sample, float]]] = {}
     for s in samples:
         if s.value is None:
             continue
-        by_family.setdefault(s.family, []).append(s)
+        by_family.setdefault(s.family, []).append((s, s.value))
     lines: list[str] = []
     for family, group in by_family.items():
-        first = group[0]
+        first = group[0][0]
         if first.help:
             lines.append(f"# HELP {family} {first.help.replace(chr(92), chr(92) * 2).replace(chr(10), ' ')}")
         lines.append(f"# TYPE {family} {first.kind}")
-        for s in group:
+        for s, value in group:
             lab = ",".join(f'{k}="{_escape(str(v))}"' for k, v in sorted(s.labels.items()))
-            v = format_value(float(s.value))  # type: ignore[arg-type]
+            v = format_value(float(value))
             lines.append(f"{s.name}{{{lab}}} {v}" if lab else f"{s.name} {v}")
     return "\n".join(lines) + "\n"
 
@@ -216,7 +216,7 @@ class MetricsServer:
     @property
     def url(self) -> str:
         """The ``http://host:port/metrics`` address."""
-        host = self._httpd.server_address[0]
+        host = str(self._httpd.server_address[0])  # str for an AF_INET server (typeshed allows bytes: AF_UNIX)
         return f"http://{host}:{self.port}/metrics"
 
     def start(self) -> "MetricsServer":
