@@ -12,31 +12,32 @@ until you call a function that needs it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import errors
+from ._lazy import lazy_getattr
 from ._version import __version__
 from .errors import EdgeSDKError
 
 # Lazy attributes keep `import edge_sdk` cheap (numpy-only modules load on use).
 _LAZY = {
-    "load": ("model", "load"),
-    "LoadOptions": ("model", "LoadOptions"),
-    "Model": ("model", "Model"),
-    "Result": ("model", "Result"),
-    "PreparedImage": ("model", "PreparedImage"),
-    "Timings": ("model", "Timings"),
-    "Stream": ("model", "Stream"),
-    "ModelPackage": ("package", "ModelPackage"),
-    "Manifest": ("package", "Manifest"),
-    "Classification": ("processing.decoders", "Classification"),
-    "detect": ("profiles", "detect"),
-    "load_profile": ("profiles", "load_profile"),
-    "list_profiles": ("profiles", "list_profiles"),
-    "resolve_profile": ("profiles", "resolve_profile"),
-    "DeviceProfile": ("profiles", "DeviceProfile"),
-    "Selection": ("selection", "Selection"),
-    "demo_package_path": ("assets", "demo_package_path"),
+    "load": "model",
+    "LoadOptions": "model",
+    "Model": "model",
+    "Result": "model",
+    "PreparedImage": "model",
+    "Timings": "model",
+    "Stream": "model",
+    "ModelPackage": "package",
+    "Manifest": "package",
+    "Classification": "processing.decoders",
+    "detect": "profiles",
+    "load_profile": "profiles",
+    "list_profiles": "profiles",
+    "resolve_profile": "profiles",
+    "DeviceProfile": "profiles",
+    "Selection": "selection",
+    "demo_package_path": "assets",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -48,16 +49,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .selection import Selection
 
 
-def __getattr__(name: str) -> Any:
-    try:
-        mod, attr = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'edge_sdk' has no attribute {name!r}") from None
-    import importlib
-
-    value = getattr(importlib.import_module(f".{mod}", __name__), attr)
-    globals()[name] = value
-    return value
-
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 __all__ = ["EdgeSDKError", "errors", "__version__", *_LAZY]

@@ -8,16 +8,21 @@ import argparse
 from typing import Any
 
 
-def add_common(p: argparse.ArgumentParser) -> None:
-    """``--profile``, ``--root`` and ``--json``: the options every device-facing subcommand takes."""
+def add_device_arguments(p: argparse.ArgumentParser) -> None:
+    """``--profile`` and ``--root``: which device profile, and where /proc and /sys are read."""
     p.add_argument("--profile", help="device profile name or .toml path (default: $EDGE_SDK_PROFILE or detected)")
     p.add_argument("--root", default="/", help="read /proc and /sys from this root (default: /)")
+
+
+def add_common(p: argparse.ArgumentParser) -> None:
+    """``--profile``, ``--root`` and ``--json``: the options every device-facing subcommand takes."""
+    add_device_arguments(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
-def add_load_arguments(p: argparse.ArgumentParser, *, result_cache: bool = False) -> None:
+def add_load_arguments(p: argparse.ArgumentParser, *, result_cache: bool = False, variant_help: str = "force this variant id") -> None:
     """``--variant``, ``--threads``, ``--no-measure`` and the reproducibility options of a subcommand that loads a model."""
-    p.add_argument("--variant", help="force this variant id")
+    p.add_argument("--variant", help=variant_help)
     p.add_argument("--threads", type=int, help="override the profile's thread count")
     p.add_argument("--no-measure", action="store_true", help="do not time tied backends; take the profile's order")
     add_repro_arguments(p, result_cache=result_cache)

@@ -45,11 +45,7 @@ from edge_sdk.assets import demo_package_path, demo_samples
 from edge_sdk.budget.governor import Budget, Governor
 from edge_sdk.budget.sensors import SensorReader
 from edge_sdk.budget.simulator import ThermalModel, ThermalSimulator
-from edge_sdk.remote.client import RemoteClient
-from edge_sdk.remote.errors import RemoteError
-from edge_sdk.remote.privacy import PrivacyPolicy
-from edge_sdk.remote.router import Router, RouterOptions
-from edge_sdk.remote.session import remote_model
+from edge_sdk.remote import PrivacyPolicy, RemoteClient, RemoteError, Router, RouterOptions, remote_model
 
 DEMO_TOKEN_ENV = "EDGE_SDK_DEMO_GATEWAY_TOKEN"
 

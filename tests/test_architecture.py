@@ -89,3 +89,32 @@ def test_every_subpackage_has_a_face(name: str) -> None:
     assert names, f"{name}/__init__.py exports nothing (__all__)"
     missing = [n for n in names if getattr(mod, n, None) is None and not hasattr(mod, n)]
     assert not missing, f"{name}.__all__ names that do not resolve: {missing}"
+
+
+LAZY_FACES = sorted(
+    p for p in [ROOT / "edge_sdk" / "__init__.py", *(ROOT / "edge_sdk").glob("*/__init__.py")] if "_LAZY = {" in p.read_text(encoding="utf-8")
+)
+
+
+@pytest.mark.parametrize("path", LAZY_FACES, ids=lambda p: p.parent.name)
+def test_a_lazy_face_shows_type_checkers_what_it_loads(path: Path) -> None:
+    """The ``_LAZY`` table (what runs) and the ``if TYPE_CHECKING:`` imports (what mypy and readers
+    see) name the same things from the same modules, and each lookup gives the real object."""
+    import ast
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    lazy: dict[str, str] = {}
+    typed: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "_LAZY" for t in node.targets):
+            lazy = ast.literal_eval(node.value)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for imp in ast.walk(node):
+                if isinstance(imp, ast.ImportFrom) and imp.level == 1:
+                    typed.update({a.name: imp.module or "" for a in imp.names})
+    assert lazy and lazy == typed, sorted(set(lazy.items()) ^ set(typed.items()))
+    package = "edge_sdk" if path.parent.name == "edge_sdk" else f"edge_sdk.{path.parent.name}"
+    face = importlib.import_module(package)
+    for name, mod in lazy.items():
+        assert getattr(face, name) is getattr(importlib.import_module(f"{package}.{mod}"), name)
+        assert name in vars(face)  # kept after the first lookup

@@ -582,3 +582,44 @@ def test_no_input_data_reaches_any_telemetry_output(tmp_path: Path, model, serve
             assert pt not in text, (where, pt)
         assert raw not in text.encode("latin-1", "replace"), where
     assert path.read_bytes().find(raw) == -1
+
+
+def test_any_object_with_the_protocol_methods_is_tracked_and_watched_others_are_refused() -> None:
+    """Registry.track and EventLog.watch ask the object (Trackable / EventSource), so a subsystem the
+    telemetry package has never heard of plugs in by implementing the methods."""
+    from edge_sdk.telemetry import EventSource, Sample, Trackable
+
+    class Engine:  # a stand-in for a new subsystem: not a class telemetry/ imports
+        def __init__(self) -> None:
+            self.listeners: list[Any] = []
+
+        def telemetry_key(self, name: str | None = None) -> tuple[str, str]:
+            return "engine", name or "engine"
+
+        def telemetry_samples(self, label: str) -> list[Sample]:
+            return [Sample("edge_sdk_engine_tokens_total", 7, "tokens", "counter", {"engine": label})]
+
+        def watch_events(self, emit: Any, *, name: str | None = None, models: Any = None) -> Any:
+            self.listeners.append(lambda kind: emit("engine", kind, engine=name or "engine"))
+            return self.listeners.clear
+
+    eng = Engine()
+    assert isinstance(eng, Trackable) and isinstance(eng, EventSource)
+    reg = Registry()
+    reg.track(eng, name="llm")
+    assert 'edge_sdk_engine_tokens_total{engine="llm"} 7' in reg.render()
+    with pytest.raises(ValueError, match="already tracked"):
+        reg.track(Engine(), name="llm")
+    got: list[dict[str, Any]] = []
+    log = EventLog(callback=got.append)
+    detach = log.watch(eng, name="llm")
+    eng.listeners[0]("paced")
+    assert [(e["source"], e["kind"], e["engine"]) for e in got] == [("engine", "paced", "llm")]
+    detach()
+    assert eng.listeners == []
+    for bad in (object(), "governor", 3):
+        with pytest.raises(TypeError, match="track: expected"):
+            reg.track(bad)
+        with pytest.raises(TypeError, match="watch: expected"):
+            log.watch(bad)
+    log.close()

@@ -439,48 +439,9 @@ class QualityMonitor:
                 "summaries": per,
             }  # fmt: skip
 
-    def samples(self) -> list[Any]:
-        """Prometheus samples (:class:`edge_sdk.telemetry.Sample`): see :func:`quality_samples`."""
-        return quality_samples(self)()
-
-    # -- telemetry: edge_sdk.telemetry Registry.track / EventLog.watch --------------------------------
-
-    def telemetry_key(self, name: str | None = None) -> tuple[str, str]:
-        """``Registry.track``: kind "quality", label ``model`` = ``name`` (which becomes the monitor's name) or its name."""
-        if name is not None:
-            self.name = name
-        return "quality", self.name or "model"
-
-    def telemetry_samples(self, label: str | None = None) -> list[Any]:
-        """``Registry.track``: :func:`quality_samples` now."""
-        return quality_samples(self)()
-
-    def watch_events(self, emit: Callable[..., Any], *, name: str | None = None, models: Any = None) -> Callable[[], None]:
-        """``EventLog.watch``: alarms entered and left (drift, low_confidence, schema), label ``model``. Returns the unsubscribe."""
-        return watch_quality_events(self, emit, name or self.name or "model")
-
-    def __repr__(self) -> str:
-        return f"QualityMonitor({self.name!r}, state={self.state}, sampled={self._n}, window={self.window})"
-
-
-def watch_quality_events(source: Any, emit: Callable[..., Any], label: str) -> Callable[[], None]:
-    """Subscribe ``emit`` (``EventLog.emit``) to the :class:`QualityEvent` s of ``source`` (a
-    QualityMonitor or ShadowChecker) as "quality" events labelled ``model=label``."""
-
-    def on_event(ev: QualityEvent) -> None:
-        emit("quality", ev.kind, model=label, indicator=ev.indicator, value=ev.value, detail=ev.detail, sampled=ev.sampled, requests=ev.requests)
-
-    detach: Callable[[], None] = source.subscribe(on_event)
-    return detach
-
-
-def quality_samples(monitor: QualityMonitor) -> Callable[[], list[Any]]:
-    """A telemetry collector (``Registry.add`` / ``Registry.track``) for a monitor: PSI, KS
-    statistic and p-value per summary, alarm state per indicator, drift state, requests and
-    sampled rows, low-confidence rate, schema violations."""
-
-    def collect() -> list[Sample]:
-        st = monitor.status()
+    def samples(self) -> list[Sample]:
+        """The Prometheus samples (:class:`edge_sdk.telemetry.Sample`) described at :func:`quality_samples`."""
+        st = self.status()
         lab = {"model": str(st["name"] or "model")}
         out = [
             Sample("edge_sdk_quality_drift", 1.0 if st["state"] == "drift" else 0.0, "1 while the input/output drift indicator is in alarm", "gauge", lab),
@@ -503,4 +464,39 @@ def quality_samples(monitor: QualityMonitor) -> Callable[[], list[Any]]:
                 out.append(Sample("edge_sdk_quality_ks_pvalue", row["ks_p"], "Kolmogorov-Smirnov p-value vs the reference", "gauge", sl))
         return out
 
-    return collect
+    # -- telemetry: edge_sdk.telemetry Registry.track / EventLog.watch --------------------------------
+
+    def telemetry_key(self, name: str | None = None) -> tuple[str, str]:
+        """``Registry.track``: kind "quality", label ``model`` = ``name`` (which becomes the monitor's name) or its name."""
+        if name is not None:
+            self.name = name
+        return "quality", self.name or "model"
+
+    def telemetry_samples(self, label: str | None = None) -> list[Sample]:
+        """``Registry.track``: :meth:`samples`."""
+        return self.samples()
+
+    def watch_events(self, emit: Callable[..., Any], *, name: str | None = None, models: Any = None) -> Callable[[], None]:
+        """``EventLog.watch``: alarms entered and left (drift, low_confidence, schema), label ``model``. Returns the unsubscribe."""
+        return watch_quality_events(self, emit, name or self.name or "model")
+
+    def __repr__(self) -> str:
+        return f"QualityMonitor({self.name!r}, state={self.state}, sampled={self._n}, window={self.window})"
+
+
+def watch_quality_events(source: Any, emit: Callable[..., Any], label: str) -> Callable[[], None]:
+    """Subscribe ``emit`` (``EventLog.emit``) to the :class:`QualityEvent` s of ``source`` (a
+    QualityMonitor or ShadowChecker) as "quality" events labelled ``model=label``."""
+
+    def on_event(ev: QualityEvent) -> None:
+        emit("quality", ev.kind, model=label, indicator=ev.indicator, value=ev.value, detail=ev.detail, sampled=ev.sampled, requests=ev.requests)
+
+    detach: Callable[[], None] = source.subscribe(on_event)
+    return detach
+
+
+def quality_samples(monitor: QualityMonitor) -> Callable[[], list[Sample]]:
+    """A telemetry collector (``Registry.add`` / ``Registry.track``) for a monitor: PSI, KS
+    statistic and p-value per summary, alarm state per indicator, drift state, requests and
+    sampled rows, low-confidence rate, schema violations."""
+    return monitor.samples

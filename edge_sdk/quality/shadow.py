@@ -657,9 +657,35 @@ class ShadowChecker:
                 "errors_by_type": dict(self._error_types),
             }  # fmt: skip
 
-    def samples(self) -> list[Any]:
-        """Prometheus samples: see :func:`shadow_samples`."""
-        return shadow_samples(self)()
+    def samples(self) -> list[Sample]:
+        """The Prometheus samples (:class:`edge_sdk.telemetry.Sample`) described at :func:`shadow_samples`."""
+        st = self.status()
+        lab = {"model": str(st["name"]), "reference": st["reference"]}
+        out = [
+            Sample("edge_sdk_shadow_agreement", st["agreement"], "share of checked rows where the model agreed with the reference", "gauge", {**lab, "scope": "window"}),
+            Sample("edge_sdk_shadow_agreement", st["agreement_total"], "share of checked rows where the model agreed with the reference", "gauge", {**lab, "scope": "total"}),
+            Sample("edge_sdk_shadow_disagreement", 1.0 if st["alarm"] else 0.0, "1 while the rolling agreement is in alarm", "gauge", lab),
+            Sample("edge_sdk_shadow_requests_total", st["requests"], "requests the shadow checker saw", "counter", lab),
+            Sample("edge_sdk_shadow_sampled_total", st["sampled"], "requests sampled for a shadow check", "counter", lab),
+            Sample("edge_sdk_shadow_checked_total", st["checked"], "requests answered by the reference and compared", "counter", lab),
+            Sample("edge_sdk_shadow_rows_checked_total", st["rows_checked"], "rows compared with the reference", "counter", lab),
+            Sample("edge_sdk_shadow_rows_agreed_total", st["rows_agreed"], "rows where the model agreed with the reference", "counter", lab),
+            Sample("edge_sdk_shadow_errors_total", st["errors"], "reference calls that failed", "counter", lab),
+            Sample("edge_sdk_shadow_in_flight", st["in_flight"], "requests queued or running on the reference", "gauge", lab),
+            Sample("edge_sdk_shadow_reference_busy_seconds_total", st["reference_busy_s"], "time the reference spent answering", "counter", lab),
+        ]  # fmt: skip
+        for reason, key in (("budget", "skipped_budget"), ("busy", "skipped_busy"), ("privacy", "privacy_blocked")):
+            out.append(
+                Sample(
+                    "edge_sdk_shadow_skipped_total",
+                    st[key],
+                    "sampled requests not checked, by reason",
+                    "counter",
+                    {**lab, "reason": reason},
+                )
+            )
+        out += self.latency.histogram_samples("edge_sdk_shadow_reference_latency_seconds", "reference call duration", lab)
+        return out
 
     def drain(self, timeout_s: float = 10.0) -> bool:
         """Wait until nothing is queued or running on the reference (at most ``timeout_s``);
@@ -707,9 +733,9 @@ class ShadowChecker:
             self.name = name
         return "shadow", self.name
 
-    def telemetry_samples(self, label: str | None = None) -> list[Any]:
-        """``Registry.track``: :func:`shadow_samples` now."""
-        return shadow_samples(self)()
+    def telemetry_samples(self, label: str | None = None) -> list[Sample]:
+        """``Registry.track``: :meth:`samples`."""
+        return self.samples()
 
     def watch_events(self, emit: Callable[..., Any], *, name: str | None = None, models: Any = None) -> Callable[[], None]:
         """``EventLog.watch``: the disagreement alarm entered and left, as "quality" events. Returns the unsubscribe."""
@@ -735,39 +761,9 @@ def _copy_image(image: Any) -> Any:
     return image  # a path: read by the reference's predict_image
 
 
-def shadow_samples(checker: ShadowChecker) -> Callable[[], list[Any]]:
+def shadow_samples(checker: ShadowChecker) -> Callable[[], list[Sample]]:
     """A telemetry collector (``Registry.add`` / ``Registry.track``) for a checker, labels
     ``model`` and ``reference``: agreement rate (``scope`` window | total), alarm, requests,
     sampled, checked and agreed rows, skips by ``reason`` (budget | busy | privacy), reference
     errors, in flight, reference busy seconds and a reference latency histogram."""
-
-    def collect() -> list[Sample]:
-        st = checker.status()
-        lab = {"model": str(st["name"]), "reference": st["reference"]}
-        out = [
-            Sample("edge_sdk_shadow_agreement", st["agreement"], "share of checked rows where the model agreed with the reference", "gauge", {**lab, "scope": "window"}),
-            Sample("edge_sdk_shadow_agreement", st["agreement_total"], "share of checked rows where the model agreed with the reference", "gauge", {**lab, "scope": "total"}),
-            Sample("edge_sdk_shadow_disagreement", 1.0 if st["alarm"] else 0.0, "1 while the rolling agreement is in alarm", "gauge", lab),
-            Sample("edge_sdk_shadow_requests_total", st["requests"], "requests the shadow checker saw", "counter", lab),
-            Sample("edge_sdk_shadow_sampled_total", st["sampled"], "requests sampled for a shadow check", "counter", lab),
-            Sample("edge_sdk_shadow_checked_total", st["checked"], "requests answered by the reference and compared", "counter", lab),
-            Sample("edge_sdk_shadow_rows_checked_total", st["rows_checked"], "rows compared with the reference", "counter", lab),
-            Sample("edge_sdk_shadow_rows_agreed_total", st["rows_agreed"], "rows where the model agreed with the reference", "counter", lab),
-            Sample("edge_sdk_shadow_errors_total", st["errors"], "reference calls that failed", "counter", lab),
-            Sample("edge_sdk_shadow_in_flight", st["in_flight"], "requests queued or running on the reference", "gauge", lab),
-            Sample("edge_sdk_shadow_reference_busy_seconds_total", st["reference_busy_s"], "time the reference spent answering", "counter", lab),
-        ]  # fmt: skip
-        for reason, key in (("budget", "skipped_budget"), ("busy", "skipped_busy"), ("privacy", "privacy_blocked")):
-            out.append(
-                Sample(
-                    "edge_sdk_shadow_skipped_total",
-                    st[key],
-                    "sampled requests not checked, by reason",
-                    "counter",
-                    {**lab, "reason": reason},
-                )
-            )
-        out += checker.latency.histogram_samples("edge_sdk_shadow_reference_latency_seconds", "reference call duration", lab)
-        return out
-
-    return collect
+    return checker.samples

@@ -7,7 +7,7 @@ import argparse
 import math
 from dataclasses import dataclass, field
 
-from ..cli_args import add_repro_arguments
+from ..cli_args import add_device_arguments, add_load_arguments
 from ..errors import OptionsError
 
 __all__ = ["ServeOptions", "add_arguments"]
@@ -64,12 +64,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("packages", nargs="+", metavar="PACKAGE", help="model package(s); each is served under its manifest name")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 exposes the server to the network)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one, printed on stdout)")
-    p.add_argument("--profile", help="device profile name or .toml path (default: $EDGE_SDK_PROFILE or detected)")
-    p.add_argument("--root", default="/", help="read /proc and /sys from this root (default: /)")
-    p.add_argument("--variant", help="force this variant id (every package must have it)")
-    p.add_argument("--threads", type=int, help="override the profile's thread count")
-    p.add_argument("--no-measure", action="store_true", help="do not time tied backends; take the profile's order")
-    add_repro_arguments(p, result_cache=False)  # --deterministic
+    add_device_arguments(p)
+    add_load_arguments(p, variant_help="force this variant id (every package must have it)")  # no --result-cache: workers run the session
     p.add_argument("--max-batch", type=int, help="rows per model call when the batch dim is dynamic (default: the model's bound; 1: off)")
     p.add_argument("--max-delay-ms", type=float, default=d.max_queue_delay_ms,
                    help=f"how long to wait for more requests to fill a batch (default {d.max_queue_delay_ms:g})")  # fmt: skip

@@ -109,10 +109,9 @@ class EventLog:
         ModelTelemetry, a QualityMonitor or a ShadowChecker -- any :class:`EventSource`.
         ``name`` labels router, pipeline and quality events (default "router" / the source's
         name / the monitor's name). Returns a function that stops it."""
-        watch = getattr(obj, "watch_events", None)
-        if not callable(watch):
+        if not isinstance(obj, EventSource):
             raise TypeError(f"watch: expected a Governor, Router, VisionPipeline, Model, QualityMonitor or ShadowChecker, got {type(obj).__name__}")
-        detach: Callable[[], None] = watch(self.emit, name=name, models=models)
+        detach = obj.watch_events(self.emit, name=name, models=models)
         self._detach.append(detach)
         return detach
 

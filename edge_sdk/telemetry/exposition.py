@@ -115,13 +115,12 @@ class Registry:
         The object is held weakly: once it is garbage, its series go. Two objects of one kind
         under one name would export the same series: ValueError. Returns the collector (for
         remove); TypeError for an object that is not :class:`Trackable`."""
-        key = getattr(obj, "telemetry_key", None)
-        if not callable(key) or not callable(getattr(obj, "telemetry_samples", None)):
+        if not isinstance(obj, Trackable):
             raise TypeError(
                 "track: expected a VisionPipeline, Governor, Router, Model, QualityMonitor or ShadowChecker "
                 f"(an object with telemetry_key and telemetry_samples), got {type(obj).__name__}"
             )
-        kind, label = key(name)
+        kind, label = obj.telemetry_key(name)
         with self._lock:
             self._collectors = [c for c in self._collectors if not (isinstance(c, _Tracked) and not c.alive)]
             if any(isinstance(c, _Tracked) and c.kind == kind and c.name == label for c in self._collectors):
