@@ -4,6 +4,7 @@
         --variant fp32-onnx=model.onnx:onnxruntime:fp32 --variant int8-tfl=m.tflite:litert:int8 \\
         [--reference fp32-onnx] [--dim batch=1:8] [--labels labels.txt] [--overwrite]
     edge-convert verify PACKAGE
+    edge-convert llm SOURCE --to int4,int8[,fp16,fp32] --out PKG [--eval-text FILE] [--gate int4=0.10] [--force]
 
 ``package`` reads each model's own signature (ONNX: a wire-format scan, no
 runtime; TFLite: the interpreter's tensor details) for the package-level
@@ -316,6 +317,44 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_llm(args: argparse.Namespace) -> int:
+    """``edge-convert llm``: see :mod:`converters.llm.convert`."""
+    import json
+
+    from .llm.convert import LLMConvertOptions, convert_llm, parse_gates
+
+    text = None
+    if args.eval_text is not None:
+        try:
+            text = args.eval_text.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConverterError(f"--eval-text {args.eval_text}: cannot read it as UTF-8 text: {e}") from e
+    opts = LLMConvertOptions(
+        targets=tuple(t.strip() for t in args.to.split(",") if t.strip()),
+        eval_text=text,
+        eval_tokens=args.eval_tokens,
+        window=args.window,
+        int4_methods=tuple(m.strip() for m in args.int4_methods.split(",") if m.strip()),
+        mixed=args.mixed,
+        block_size=args.block_size,
+        accuracy_level=args.accuracy_level,
+        gates=parse_gates(args.gate),
+        force=args.force,
+        calib_tokens=args.calib_tokens,
+        threads=args.threads,
+        name=args.name,
+        version=args.version,
+        timing=not args.no_timing,
+        overwrite=args.overwrite,
+    )
+    res = convert_llm(args.source, args.out, opts, log=None if args.json else (lambda m: print(m, flush=True)))
+    if args.json:
+        print(json.dumps(res.report, indent=1, default=str))
+    else:
+        print(f"wrote {res.out} ({', '.join(v.id for v in res.manifest.variants)})")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``edge-convert``: parse ``argv`` (default ``sys.argv[1:]``), run the command and return its exit
     status (1 on a :class:`~converters.errors.ConverterError`, an :class:`~edge_sdk.errors.EdgeSDKError` or an output
@@ -387,8 +426,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("model")
     p.add_argument("--json", action="store_true")
 
+    p = sub.add_parser("llm", help="a decoder-only language model (GGUF or a Hugging Face folder) to a measured, gated text-generation package")
+    p.add_argument("source", help="a .gguf file, or a folder with config.json, *.safetensors and tokenizer.json")
+    p.add_argument("--to", default="int4", help="comma list of int4, int8, fp16, fp32 (default int4)")
+    p.add_argument("--out", required=True, type=Path, help="the package folder to write")
+    p.add_argument("--eval-text", type=Path, help="held-out UTF-8 text for perplexity (default: CPython's documentation topics)")
+    p.add_argument("--eval-tokens", type=int, default=512, help="tokens of it to measure (default 512)")
+    p.add_argument("--window", type=int, default=256, help="teacher-forced window in tokens (default 256)")
+    p.add_argument("--int4-methods", default="rtn,hqq,gptq", help="int4 quantizers to measure, best perplexity kept (default rtn,hqq,gptq)")
+    p.add_argument("--mixed", choices=("auto", "always", "never"), default="auto",
+                   help="mixed precision (Q4_K_M's tensors in int8): auto = when pure int4 fails its gate")  # fmt: skip
+    p.add_argument("--block-size", type=int, default=32, help="int4/int8 block size (default 32)")
+    p.add_argument("--accuracy-level", type=int, default=4, help="MatMulNBits accuracy_level (4: int8 activations, fast on CPU; 0: exact)")
+    p.add_argument("--gate", action="append", default=[], metavar="PRECISION=GAP",
+                   help="max perplexity gap vs the reference, e.g. int4=0.10 (defaults: int8 0.02, int4 0.10, fp16 0.01)")  # fmt: skip
+    p.add_argument("--force", action="store_true", help="keep a variant that fails its gate (marked in the manifest)")
+    p.add_argument("--calib-tokens", type=int, default=256, help="GPTQ calibration tokens (default 256)")
+    p.add_argument("--threads", type=int, help="threads for measuring (default: min(2, CPUs))")
+    p.add_argument("--name", help="package name (default: from the source)")
+    p.add_argument("--version", default="1")
+    p.add_argument("--no-timing", action="store_true", help="do not time TTFT/TPOT")
+    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the conversion report as JSON")
+
     args = ap.parse_args(argv)
-    handlers = {"package": cmd_package, "verify": cmd_verify, "quantize": cmd_quantize, "validate": cmd_validate, "inspect": cmd_inspect}
+    handlers = {
+        "package": cmd_package, "verify": cmd_verify, "quantize": cmd_quantize, "validate": cmd_validate, "inspect": cmd_inspect, "llm": cmd_llm,
+    }  # fmt: skip
     try:
         return handlers[args.cmd](args)
     except (EdgeSDKError, ConverterError, FileExistsError) as e:

@@ -22,6 +22,10 @@ from .errors import EdgeSDKError
 # Lazy attributes keep `import edge_sdk` cheap (numpy-only modules load on use).
 _LAZY = {
     "load": "model",
+    "load_model": "model",
+    "load_decoder": "model",
+    "DecoderModel": "generation.decoder",
+    "GenerationResult": "generation.results",
     "LoadOptions": "model",
     "Model": "model",
     "Result": "model",
@@ -42,7 +46,9 @@ _LAZY = {
 
 if TYPE_CHECKING:  # pragma: no cover
     from .assets import demo_package_path
-    from .model import LoadOptions, Model, PreparedImage, Result, Stream, Timings, load
+    from .generation.decoder import DecoderModel
+    from .generation.results import GenerationResult
+    from .model import LoadOptions, Model, PreparedImage, Result, Stream, Timings, load, load_decoder, load_model
     from .package import Manifest, ModelPackage
     from .processing.decoders import Classification
     from .profiles import DeviceProfile, detect, list_profiles, load_profile, resolve_profile

@@ -3,6 +3,8 @@
     edge-sdk profile [--profile P] [--root DIR] [--json]
     edge-sdk inspect PACKAGE [--profile P] [--json]
     edge-sdk predict PACKAGE INPUT [--variant V] [--top-k K] [--repeat N] [--deterministic] [--result-cache N] [--json]
+    edge-sdk generate PACKAGE --prompt TEXT [--max-tokens N] [--temperature T --top-k K --top-p P --seed S] [--stop S] [--json]
+    edge-sdk chat PACKAGE [--system TEXT] [--max-tokens N] [--temperature T ...]
     edge-sdk demo [--runs N] [--variant V] [--json]
     edge-sdk monitor [--profile P] [--root DIR] [--interval S] [--count N] [--url URL] [--json]
     edge-sdk serve PACKAGE... [--host H] [--port N] [--max-batch N] [--max-delay-ms MS] [--queue-size N]
@@ -49,6 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=1, help="run N times and report latency percentiles")
     add_common(p)
     add_load_arguments(p, result_cache=True)
+    from .generation.command import add_chat_arguments, add_generate_arguments
+
+    p = sub.add_parser("generate", help="generate text with a decoder package (streamed; --json for one object at the end)")
+    add_generate_arguments(p)
+    p = sub.add_parser("chat", help="chat with a decoder package: one message per line, answers streamed, with its chat template")
+    add_chat_arguments(p)
     p = sub.add_parser("demo", help="the bundled shapes classifier on bundled images (no camera, no network)")
     p.add_argument("--runs", type=int, default=200, help="timed runs for latency percentiles (default 200)")
     add_common(p)
@@ -82,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cmds = {
             "profile": cmd_profile, "inspect": cmd_inspect, "predict": cmd_predict, "demo": cmd_demo, "monitor": cmd_monitor, "serve": cmd_serve,
-            "models": cmd_models,
+            "models": cmd_models, "generate": cmd_generate, "chat": cmd_chat,
         }  # fmt: skip
         if args.cmd == "bench":
             return cmd_bench(args, argv)
@@ -180,9 +188,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _load(args: argparse.Namespace, package: Any) -> Any:
-    from .model import load
+    from .model import load_model
 
-    return load(package, args.profile, **load_kwargs(args))
+    return load_model(package, args.profile, **load_kwargs(args))
 
 
 def _read_input(path: Path) -> tuple[str, Any]:
@@ -301,6 +309,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .serve.command import run
 
     return run(args)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    """``edge-sdk generate``: stream a completion (see :mod:`edge_sdk.generation.command`)."""
+    from .generation.command import decoder_load_kwargs, run_generate
+    from .model import load_decoder
+
+    return run_generate(load_decoder(args.package, args.profile, **decoder_load_kwargs(args)), args)
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    """``edge-sdk chat``: an interactive chat (see :mod:`edge_sdk.generation.command`)."""
+    from .generation.command import decoder_load_kwargs, run_chat
+    from .model import load_decoder
+
+    return run_chat(load_decoder(args.package, args.profile, **decoder_load_kwargs(args)), args)
 
 
 def cmd_models(args: argparse.Namespace) -> int:

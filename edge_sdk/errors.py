@@ -143,3 +143,31 @@ class ImageError(InputError):
 
 class MissingDependencyError(EdgeSDKError, ImportError):
     """An optional dependency is needed; the message names the extra to install."""
+
+
+# --- generation (decoder packages) ----------------------------------------------
+
+
+class GenerationError(EdgeSDKError):
+    """Text generation cannot go on (a decoder package's model, tokenizer or template is unusable)."""
+
+
+class TokenizerError(GenerationError):
+    """A tokenizer is unreadable, or its vocabulary does not match the model's (the message gives both sizes)."""
+
+
+class TemplateError(GenerationError):
+    """A chat template failed to compile or render, or tried to leave its sandbox (templates in a package are untrusted)."""
+
+
+class PromptError(GenerationError, InputError):
+    """A prompt or message list is malformed: not str, invalid UTF-8, control bytes, a message without a role."""
+
+
+class ContextBudgetError(GenerationError, InputError):
+    """A prompt (plus the tokens asked for) does not fit the KV budget; the message names tokens vs budget.
+    Nothing is truncated unless truncation was asked for."""
+
+
+class SamplingError(OptionsError):
+    """A sampling parameter is out of range (temperature < 0, top_p outside (0, 1], ...)."""

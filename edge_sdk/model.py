@@ -32,9 +32,11 @@ from .errors import (
     InputError,
     OptionsError,
     ResultCacheError,
+    SelectionError,
     SessionClosedError,
     SignatureMismatchError,
 )
+from .generation.decoder import DecoderModel, open_decoder
 from .package import ModelPackage, TensorSpec, Variant, default_cache_dir
 from .processing.decoders import Classification, decode_classification
 from .profiles import BoardMatch, DeviceProfile, resolve_profile
@@ -85,6 +87,10 @@ class LoadOptions:
     ``num_threads``); ``describe()["determinism"]`` lists them.
     result_cache: keep the outputs of the last N distinct inputs (an LRU, :mod:`edge_sdk.result_cache`);
     0 (default): off. Refused (ResultCacheError) for stateful (streaming) models.
+    context: text-generation packages: KV tokens to allocate (prompt + generated). None (default):
+    what the profile's memory budget leaves after the weights, capped at the model's context length
+    and at :data:`edge_sdk.generation.decoder.DEFAULT_MAX_CONTEXT`; more than the budget allows is a
+    ContextBudgetError.
     """
 
     variant: str | None = None
@@ -105,6 +111,7 @@ class LoadOptions:
     sandbox: bool | None = None
     deterministic: bool = False
     result_cache: int = 0
+    context: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.deterministic, bool):
@@ -349,7 +356,7 @@ class Model:
 
     def with_variant(self, variant_id: str) -> "Model":
         """A new Model: this package's ``variant_id`` on this model's profile, with its other load options (this one stays open)."""
-        return load(self.package, self.detection.profile, replace(self.options, variant=variant_id))
+        return load_model(self.package, self.detection.profile, replace(self.options, variant=variant_id))
 
     # -- telemetry: edge_sdk.telemetry Registry.track / EventLog.watch ------------------------
 
@@ -791,19 +798,58 @@ def load(
     profile: str | os.PathLike[str] | DeviceProfile | None = None,
     options: LoadOptions | None = None,
     **overrides: Any,
-) -> Model:
+) -> "Model | DecoderModel":
     """Open ``package`` and pick the variant and backend for ``profile``.
 
     ``profile``: a DeviceProfile, a bundled profile name or a .toml path; by
     default ``$EDGE_SDK_PROFILE`` or the detected device. ``options`` and/or
     keyword overrides are :class:`LoadOptions` fields (an unknown keyword is a
-    TypeError). Raises ModelPackageError subclasses, ProfileError,
-    SelectionError, BackendError subclasses.
+    TypeError). A ``task = "text-generation"`` package gives a
+    :class:`~edge_sdk.generation.DecoderModel` (``generate``/``stream``/``chat``), any other a
+    :class:`Model`; :func:`load_model` and :func:`load_decoder` say which in their type. Raises
+    ModelPackageError subclasses, ProfileError, SelectionError, BackendError subclasses.
     """
+    opts, pkg, cache = _open_package(package, options, overrides)
+    if pkg.manifest.task == "text-generation":
+        return _load_decoder(pkg, profile, opts, cache)
+    return _load_model(pkg, profile, opts, cache)
+
+
+def load_model(
+    package: str | os.PathLike[str] | ModelPackage,
+    profile: str | os.PathLike[str] | DeviceProfile | None = None,
+    options: LoadOptions | None = None,
+    **overrides: Any,
+) -> Model:
+    """:func:`load` for a single-pass model (``predict``); a text-generation package is a SelectionError
+    that says to use :func:`load_decoder`."""
+    opts, pkg, cache = _open_package(package, options, overrides)
+    if pkg.manifest.task == "text-generation":
+        raise SelectionError(f"package {pkg.manifest.name} is a text-generation package: load it with load() or load_decoder() and call generate/chat")
+    return _load_model(pkg, profile, opts, cache)
+
+
+def load_decoder(
+    package: str | os.PathLike[str] | ModelPackage,
+    profile: str | os.PathLike[str] | DeviceProfile | None = None,
+    options: LoadOptions | None = None,
+    **overrides: Any,
+) -> "DecoderModel":
+    """:func:`load` for a text-generation package; any other package is a SelectionError."""
+    opts, pkg, cache = _open_package(package, options, overrides)
+    if pkg.manifest.task != "text-generation":
+        raise SelectionError(f"package {pkg.manifest.name} has task {pkg.manifest.task!r}, not text-generation: load it with load() or load_model()")
+    return _load_decoder(pkg, profile, opts, cache)
+
+
+def _open_package(package: str | os.PathLike[str] | ModelPackage, options: LoadOptions | None, overrides: Mapping[str, Any]) -> tuple[LoadOptions, ModelPackage, Path]:
     opts = replace(options or LoadOptions(), **overrides) if overrides else (options or LoadOptions())
     cache = Path(opts.cache_dir) if opts.cache_dir else default_cache_dir()
     pkg = package if isinstance(package, ModelPackage) else ModelPackage.open(package, cache_dir=cache)
-    _check_result_cache(pkg.manifest, opts)  # before any session is opened
+    return opts, pkg, cache
+
+
+def _select(pkg: ModelPackage, profile: str | os.PathLike[str] | DeviceProfile | None, opts: LoadOptions) -> tuple[Selection, BoardMatch]:
     detection = resolve_profile(profile, root=opts.root)
     # Probe only the runtimes this package's variants use: importing an unused one
     # (onnxruntime for a TFLite-only package) costs tens of ms of cold start.
@@ -818,6 +864,24 @@ def load(
         variant=opts.variant,
         min_cosine=opts.min_cosine,
     )
+    return sel, detection
+
+
+def _load_decoder(pkg: ModelPackage, profile: str | os.PathLike[str] | DeviceProfile | None, opts: LoadOptions, cache: Path) -> DecoderModel:
+    if opts.result_cache:
+        raise ResultCacheError(f"result_cache: {pkg.manifest.name} generates text token by token; a result cache applies to single-pass models")
+    sel, detection = _select(pkg, profile, opts)
+    sopts = replace(opts.session_options(detection.profile, cache, detection.facts.cpu_count), cache_dir=None)
+    return open_decoder(
+        pkg, pkg.manifest.variant(sel.variant_id), sel, detection, sopts, context=opts.context, telemetry=opts.telemetry, deterministic=opts.deterministic
+    )
+
+
+def _load_model(pkg: ModelPackage, profile: str | os.PathLike[str] | DeviceProfile | None, opts: LoadOptions, cache: Path) -> Model:
+    if opts.context is not None:
+        raise OptionsError(f"context: applies to text-generation packages; {pkg.manifest.name} has task {pkg.manifest.task!r}")
+    _check_result_cache(pkg.manifest, opts)  # before any session is opened
+    sel, detection = _select(pkg, profile, opts)
     sopts = opts.session_options(detection.profile, cache, detection.facts.cpu_count)
     tied = sel.tied
     if tied and opts.measure_backends and not opts.deterministic:  # a timing-based choice can differ between loads

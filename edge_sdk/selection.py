@@ -144,7 +144,18 @@ def _judge(
         reasons.append(f"backend {v.backend} not available here ({st.detail if st else 'unknown backend'})")
     else:
         reasons.append(f"{st.runtime} {st.version} installed")
-    if v.precision in rt.precisions:
+    if v.generation is not None:
+        # Decoding reads every weight once per token: on CPUs and GPUs alike it is bound by memory
+        # bandwidth, so fewer bits per weight go first; fp16 only where the profile computes in it.
+        order = ["int4", "int8"] + (["fp16"] if "fp16" in rt.precisions else []) + ["fp32"]
+        if v.precision in order:
+            p_rank = order.index(v.precision)
+            reasons.append(f"precision {v.precision} is #{p_rank + 1} in the text-generation order {order} (decode is memory-bound)")
+        else:
+            p_rank = 99
+            ok = False
+            reasons.append(f"precision {v.precision} not in the text-generation order {order} for this profile")
+    elif v.precision in rt.precisions:
         p_rank = rt.precisions.index(v.precision)
         reasons.append(f"precision {v.precision} is #{p_rank + 1} in the profile's order {list(rt.precisions)}")
     else:
@@ -170,6 +181,23 @@ def _judge(
             reasons.append(f"cosine {cos:.4f} vs reference below the {min_cosine} gate")
         else:
             reasons.append(f"cosine {cos:.4f} meets the {min_cosine} gate")
+    g = v.generation
+    if g is not None:
+        reasons.append(
+            f"{g.bits}-bit weights{f' ({g.method}, block {g.block_size})' if g.method else ''}"
+            f"{f', {len(g.int8_tensors)} tensors in int8' if g.int8_tensors else ''}: {g.weight_bytes_per_token / MiB:.1f} MiB read per token, "
+            f"KV {g.kv_bytes_per_token / 1024:.1f} KiB per token ({g.kv_dtype})"
+        )
+        if budget_mb is not None:
+            kv_mb = budget_mb - need_mb
+            reasons.append(f"~{max(0.0, kv_mb) * MiB / g.kv_bytes_per_token:.0f} tokens of KV fit the rest of the budget")
+        q = v.quality
+        if q is not None and q.perplexity is not None:
+            gap = f" ({q.perplexity_gap:+.1%} vs reference)" if q.perplexity_gap is not None else ""
+            agree = f", top-1 agreement {q.top1_agreement:.3f}" if q.top1_agreement is not None else ""
+            reasons.append(f"perplexity {q.perplexity:.3f}{gap}{agree}")
+        if g.tpot_ms is not None:
+            reasons.append(f"measured when converted: TTFT {g.ttft_ms} ms, TPOT {g.tpot_ms} ms on {g.bench_threads} threads ({g.bench_machine})")
     if v.gate is not None and not v.gate.passed:
         ok = False
         reasons.append("failed its quality gate when packaged (" + "; ".join(v.gate.failures) + "); only used when asked for by id")

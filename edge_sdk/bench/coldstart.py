@@ -41,7 +41,7 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     import numpy as np  # noqa: F401
 
-    from edge_sdk.model import LoadOptions, load
+    from edge_sdk.model import LoadOptions, load_model
     from edge_sdk.package import ModelPackage
 
     t1 = time.perf_counter()
@@ -51,7 +51,7 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
     opts = LoadOptions(
         variant=spec["variant"], threads=spec.get("threads"), cache_dir=cache, measure_backends=False, root=spec.get("root", "/")
     )
-    model = load(pkg, spec.get("profile"), opts)
+    model = load_model(pkg, spec.get("profile"), opts)
     t3 = time.perf_counter()
     from edge_sdk.bench.targets import InputPool, image_spec_of
 

@@ -53,6 +53,7 @@ from .manifest import (
     Dim,
     FileRef,
     Gate,
+    GenerationSpec,
     Golden,
     ImagePreprocess,
     Manifest,
@@ -61,6 +62,7 @@ from .manifest import (
     StatePair,
     TensorSpec,
     Variant,
+    VariantGeneration,
     check_relpath,
 )
 from .model_package import ModelPackage, VerifiedModel
@@ -68,8 +70,9 @@ from .model_package import ModelPackage, VerifiedModel
 __all__ = [
     # manifest
     "BACKEND_FORMATS", "COLOR_ORDERS", "DECODERS", "DECODER_PARAMS", "DETECTION_FORMATS", "DTYPES", "INTERPOLATIONS", "LAYOUTS",
-    "MANIFEST_NAME", "RESIZE_MODES", "SCHEMA_VERSION", "TASKS", "Benchmark", "DecoderSpec", "Dim", "FileRef", "Gate", "Golden",
-    "ImagePreprocess", "Manifest", "Quality", "ReferenceStatsRef", "StatePair", "TensorSpec", "Variant", "check_relpath",
+    "MANIFEST_NAME", "RESIZE_MODES", "SCHEMA_VERSION", "TASKS", "Benchmark", "DecoderSpec", "Dim", "FileRef", "Gate", "GenerationSpec",
+    "Golden", "ImagePreprocess", "Manifest", "Quality", "ReferenceStatsRef", "StatePair", "TensorSpec", "Variant",
+    "VariantGeneration", "check_relpath",
     # archive
     "MAX_ARCHIVE_BYTES", "MAX_ARCHIVE_MEMBERS", "PICKLE_SUFFIXES", "archive_kind", "contained", "default_cache_dir",
     "extract_archive", "file_ref", "package_folder", "package_root_in", "refuse_unsafe_files", "sha256_file", "verify_file",

@@ -39,7 +39,9 @@ DECODER_PARAMS: dict[str, dict[str, tuple[type, ...]]] = {
     "segmentation": {"layout": (str,), "activation": (str,), "threshold": (int, float), "upsample": (str,), "keep_probabilities": (bool,)},
 }  # fmt: skip
 DETECTION_FORMATS = ("blazeface", "yolo")
-TASKS = ("classification", "detection", "segmentation", "embedding", "audio", "raw")
+TASKS = ("classification", "detection", "segmentation", "embedding", "audio", "raw", "text-generation")
+KV_DTYPES = ("float32", "float16")
+ARCHITECTURES = ("llama", "qwen2")
 
 
 def _req(d: Mapping[str, Any], key: str, typ: type | tuple[type, ...], where: str) -> Any:
@@ -399,9 +401,15 @@ class Quality:
     value: float | None = None
     dataset: str | None = None
     samples: int | None = None
+    #: text generation: teacher-forced perplexity on ``dataset`` and its relative increase over the
+    #: reference's (``perplexity / reference perplexity - 1``; 0.05 = 5 % worse).
+    perplexity: float | None = None
+    perplexity_gap: float | None = None
 
     #: The numeric figures (floats): what a :class:`Gate` threshold may name.
-    FIGURES = ("cosine", "max_abs_error", "top1_agreement", "top5_agreement", "value")
+    FIGURES = ("cosine", "max_abs_error", "top1_agreement", "top5_agreement", "value", "perplexity", "perplexity_gap")
+    #: Figures whose gate threshold is a maximum (the others are minimums).
+    MAXIMA = ("max_abs_error", "perplexity", "perplexity_gap")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str) -> "Quality":
@@ -426,8 +434,8 @@ class Quality:
 class Gate:
     """The quality gate a variant was held to when the package was made.
 
-    ``thresholds``: (quality field, minimum) pairs (``max_abs_error`` is a
-    maximum). ``failures``: what it missed. A variant with ``passed = false``
+    ``thresholds``: (quality field, minimum) pairs (``max_abs_error``, ``perplexity`` and
+    ``perplexity_gap`` are maxima: :data:`Quality.MAXIMA`). ``failures``: what it missed. A variant with ``passed = false``
     is only in the package because the converter was run with ``--force``
     (``forced = true``); selection skips it unless it is asked for by id.
     """
@@ -505,6 +513,187 @@ class Benchmark:
         return {k: v for k, v in self.__dict__.items() if v is not None and v != ""}
 
 
+def _pos_int(d: Mapping[str, Any], key: str, where: str) -> int:
+    v = _req(d, key, int, where)
+    if v < 1:
+        raise ManifestError(f"{where}.{key}: expected an int >= 1, got {v}")
+    return int(v)
+
+
+def _opt_num(d: Mapping[str, Any], key: str, where: str, *, lo: float = 0.0) -> float | None:
+    v = _opt(d, key, (int, float), where)
+    if v is None:
+        return None
+    if not (math.isfinite(v) and v >= lo):
+        raise ManifestError(f"{where}.{key}: expected a finite number >= {lo:g}, got {v!r}")
+    return float(v)
+
+
+@dataclass(frozen=True)
+class GenerationSpec:
+    """The ``[generation]`` table of a ``task = "text-generation"`` package: what every variant of a
+    decoder-only language model shares (architecture facts the runtime checks the graph against,
+    the tokenizer and chat template files, special token ids, the context length).
+
+    ``tokenizer`` is a Hugging Face ``tokenizers`` JSON file; ``chat_template`` a Jinja2 file
+    rendered in a sandbox (templates in a package are untrusted input). ``add_bos``: prepend
+    ``bos_token_id`` to a plain ``generate(prompt)`` (a chat template writes its own).
+    """
+
+    architecture: str
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    context_length: int
+    tokenizer: FileRef
+    chat_template: FileRef | None = None
+    bos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
+    pad_token_id: int | None = None
+    add_bos: bool = False
+    source: str = ""  # what the package was converted from (file name and sha256)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: str) -> "GenerationSpec":
+        """Parse the ``[generation]`` table; :class:`~edge_sdk.errors.ManifestError` naming the field."""
+        keys = (
+            "architecture", "n_layers", "n_heads", "n_kv_heads", "head_dim", "vocab_size", "context_length", "tokenizer",
+            "chat_template", "bos_token_id", "eos_token_ids", "pad_token_id", "add_bos", "source",
+        )  # fmt: skip
+        _no_unknown(d, keys, where)
+
+        def ref(key: str) -> FileRef | None:
+            if key not in d:
+                return None
+            e = _typed(d[key], dict, f"{where}.{key}")
+            w = f"{where}.{key}"
+            _no_unknown(e, ("file", "sha256", "size"), w)
+            size = _req(e, "size", int, w)
+            if size < 0:
+                raise ManifestError(f"{w}.size: expected >= 0 bytes, got {size}")
+            return FileRef(_req(e, "file", str, w), _hex64(_req(e, "sha256", str, w), f"{w}.sha256"), size)
+
+        tok = ref("tokenizer")
+        if tok is None:
+            raise ManifestError(f"{where}: missing required key 'tokenizer' (a tokenizer.json file reference)")
+        eos = tuple(_typed(x, int, f"{where}.eos_token_ids") for x in _opt(d, "eos_token_ids", list, where, []))
+        spec = cls(
+            architecture=_choice(_req(d, "architecture", str, where), ARCHITECTURES, f"{where}.architecture"),
+            n_layers=_pos_int(d, "n_layers", where),
+            n_heads=_pos_int(d, "n_heads", where),
+            n_kv_heads=_pos_int(d, "n_kv_heads", where),
+            head_dim=_pos_int(d, "head_dim", where),
+            vocab_size=_pos_int(d, "vocab_size", where),
+            context_length=_pos_int(d, "context_length", where),
+            tokenizer=tok,
+            chat_template=ref("chat_template"),
+            bos_token_id=_opt(d, "bos_token_id", int, where),
+            eos_token_ids=eos,
+            pad_token_id=_opt(d, "pad_token_id", int, where),
+            add_bos=_opt(d, "add_bos", bool, where, False),
+            source=_opt(d, "source", str, where, ""),
+        )
+        if spec.n_heads % spec.n_kv_heads:
+            raise ManifestError(f"{where}: n_heads ({spec.n_heads}) must be a multiple of n_kv_heads ({spec.n_kv_heads})")
+        for name, tid in [("bos_token_id", spec.bos_token_id), ("pad_token_id", spec.pad_token_id)] + [("eos_token_ids", e) for e in eos]:
+            if tid is not None and not 0 <= tid < spec.vocab_size:
+                raise ManifestError(f"{where}.{name}: token id {tid} is outside the vocabulary [0, {spec.vocab_size})")
+        if spec.add_bos and spec.bos_token_id is None:
+            raise ManifestError(f"{where}.add_bos: true needs a bos_token_id")
+        return spec
+
+    def to_dict(self) -> dict[str, Any]:
+        """The manifest form."""
+        d: dict[str, Any] = {k: getattr(self, k) for k in ("architecture", "n_layers", "n_heads", "n_kv_heads", "head_dim", "vocab_size", "context_length")}
+        d["tokenizer"] = {"file": self.tokenizer.file, "sha256": self.tokenizer.sha256, "size": self.tokenizer.size}
+        if self.chat_template is not None:
+            d["chat_template"] = {"file": self.chat_template.file, "sha256": self.chat_template.sha256, "size": self.chat_template.size}
+        for k in ("bos_token_id", "pad_token_id"):
+            if getattr(self, k) is not None:
+                d[k] = getattr(self, k)
+        d["eos_token_ids"] = list(self.eos_token_ids)
+        d["add_bos"] = self.add_bos
+        if self.source:
+            d["source"] = self.source
+        return d
+
+
+@dataclass(frozen=True)
+class VariantGeneration:
+    """A text-generation variant's ``generation`` table: how its weights are stored and what one
+    token costs.
+
+    ``bits``: weight bits of the linear layers (4, 8, 16, 32); ``method``: the int4/int8 quantizer
+    ("rtn", "rtn_sym", "hqq", "gptq", ...); ``int8_tensors``: tensors kept in 8 bits in an int4
+    variant (mixed precision); ``accuracy_level``: MatMulNBits' (4 = int8 activations, fast on CPU,
+    not batch-invariant); ``kv_bytes_per_token`` = 2 x layers x kv_heads x head_dim x bytes of
+    ``kv_dtype``; ``weight_bytes_per_token``: bytes of weights each decode step reads;
+    ``ttft_ms``/``tpot_ms``: time to first token and per output token measured when converted
+    (``bench_prompt_tokens`` prompt, ``bench_threads`` threads, on ``bench_machine``).
+    """
+
+    bits: int
+    kv_dtype: str
+    kv_bytes_per_token: int
+    weight_bytes_per_token: int
+    method: str = ""
+    block_size: int | None = None
+    accuracy_level: int | None = None
+    int8_tensors: tuple[str, ...] = ()
+    batch_invariant: bool = True
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    bench_prompt_tokens: int | None = None
+    bench_threads: int | None = None
+    bench_machine: str = ""
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: str) -> "VariantGeneration":
+        """Parse a variant's ``generation`` table; :class:`~edge_sdk.errors.ManifestError` naming the field."""
+        keys = (
+            "bits", "kv_dtype", "kv_bytes_per_token", "weight_bytes_per_token", "method", "block_size", "accuracy_level", "int8_tensors",
+            "batch_invariant", "ttft_ms", "tpot_ms", "bench_prompt_tokens", "bench_threads", "bench_machine",
+        )  # fmt: skip
+        _no_unknown(d, keys, where)
+        bits = _req(d, "bits", int, where)
+        if bits not in (4, 8, 16, 32):
+            raise ManifestError(f"{where}.bits: expected 4, 8, 16 or 32, got {bits}")
+        block = _opt(d, "block_size", int, where)
+        if block is not None and (block < 16 or block & (block - 1)):
+            raise ManifestError(f"{where}.block_size: expected a power of two >= 16, got {block}")
+        acc = _opt(d, "accuracy_level", int, where)
+        if acc is not None and not 0 <= acc <= 4:
+            raise ManifestError(f"{where}.accuracy_level: expected 0..4, got {acc}")
+        g = cls(
+            bits=bits,
+            kv_dtype=_choice(_req(d, "kv_dtype", str, where), KV_DTYPES, f"{where}.kv_dtype"),
+            kv_bytes_per_token=_pos_int(d, "kv_bytes_per_token", where),
+            weight_bytes_per_token=_pos_int(d, "weight_bytes_per_token", where),
+            method=_opt(d, "method", str, where, ""),
+            block_size=block,
+            accuracy_level=acc,
+            int8_tensors=tuple(_typed(x, str, f"{where}.int8_tensors") for x in _opt(d, "int8_tensors", list, where, [])),
+            batch_invariant=_opt(d, "batch_invariant", bool, where, True),
+            ttft_ms=_opt_num(d, "ttft_ms", where),
+            tpot_ms=_opt_num(d, "tpot_ms", where),
+            bench_prompt_tokens=_opt(d, "bench_prompt_tokens", int, where),
+            bench_threads=_opt(d, "bench_threads", int, where),
+            bench_machine=_opt(d, "bench_machine", str, where, ""),
+        )
+        return g
+
+    def to_dict(self) -> dict[str, Any]:
+        """The manifest form (unset figures left out)."""
+        d: dict[str, Any] = {}
+        for k, v in self.__dict__.items():
+            if v is None or v == "" or v == ():
+                continue
+            d[k] = list(v) if isinstance(v, tuple) else v
+        return d
+
+
 @dataclass(frozen=True)
 class Variant:
     """One runnable file of the model: backend, precision, digest, quality.
@@ -527,6 +716,7 @@ class Variant:
     gate: Gate | None = None
     benchmarks: tuple[Benchmark, ...] = ()
     temperature: float | None = None  # classification: scores = softmax(logits / T) (see docs/package-format.md)
+    generation: VariantGeneration | None = None  # text-generation packages: weights and per-token costs
 
     @property
     def format(self) -> str:
@@ -544,7 +734,7 @@ class Variant:
         bad value."""
         _no_unknown(
             d,
-            ("id", "file", "backend", "precision", "sha256", "size", "reference", "external_data", "inputs", "outputs", "quality", "gate", "benchmarks", "temperature"),
+            ("id", "file", "backend", "precision", "sha256", "size", "reference", "external_data", "inputs", "outputs", "quality", "gate", "benchmarks", "temperature", "generation"),
             where,
         )
         vid = _req(d, "id", str, where)
@@ -589,6 +779,9 @@ class Variant:
                 for i, b in enumerate(_opt(d, "benchmarks", list, where, []))
             ),
             temperature=None if temperature is None else float(temperature),
+            generation=(
+                VariantGeneration.from_dict(_typed(d["generation"], dict, f"{where}.generation"), f"{where}.generation") if "generation" in d else None
+            ),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -617,6 +810,8 @@ class Variant:
             d["benchmarks"] = [b.to_dict() for b in self.benchmarks]
         if self.temperature is not None:
             d["temperature"] = self.temperature
+        if self.generation is not None:
+            d["generation"] = self.generation.to_dict()
         return d
 
 
@@ -716,6 +911,7 @@ class Manifest:
     schema: int = SCHEMA_VERSION
     golden: Golden | None = None
     reference_stats: ReferenceStatsRef | None = None
+    generation: GenerationSpec | None = None  # task = "text-generation": the decoder's shared facts
 
     def variant(self, vid: str) -> Variant:
         """The variant with id ``vid``; ``KeyError`` if there is none."""
@@ -747,7 +943,7 @@ class Manifest:
         w = source
         top = (
             "schema", "name", "version", "task", "description", "inputs", "outputs", "decoder", "labels", "state", "variants", "golden",
-            "reference_stats",
+            "reference_stats", "generation",
         )  # fmt: skip
         _no_unknown(d, top, w)
         schema = _req(d, "schema", int, w)
@@ -795,6 +991,7 @@ class Manifest:
                 if "reference_stats" in d
                 else None
             ),
+            generation=GenerationSpec.from_dict(_typed(d["generation"], dict, f"{w}.generation"), f"{w}.generation") if "generation" in d else None,
         )
         m._check_cross(w)
         return m
@@ -807,6 +1004,13 @@ class Manifest:
             raise ManifestError(f"{w}.variants: duplicate id(s) {dup}")
         if sum(v.reference for v in self.variants) > 1:
             raise ManifestError(f"{w}.variants: at most one variant may be the reference")
+        if (self.task == "text-generation") != (self.generation is not None):
+            raise ManifestError(f"{w}: a [generation] table goes with task = 'text-generation' and it needs one (task is {self.task!r})")
+        for v in self.variants:
+            if (v.generation is not None) != (self.generation is not None):
+                raise ManifestError(f"{w}.variants[{v.id}].generation: every variant of a text-generation package has one, no other variant does")
+            if v.generation is not None and v.backend != "onnxruntime":
+                raise ManifestError(f"{w}.variants[{v.id}]: text generation runs on onnxruntime, not {v.backend!r}")
         for v in self.variants:
             if v.temperature is not None and self.decoder.kind != "classification":
                 raise ManifestError(f"{w}.variants[{v.id}].temperature: applies only with a classification decoder, not {self.decoder.kind!r}")
@@ -888,6 +1092,8 @@ class Manifest:
             d["golden"] = self.golden.to_dict()
         if self.reference_stats is not None:
             d["reference_stats"] = self.reference_stats.to_dict()
+        if self.generation is not None:
+            d["generation"] = self.generation.to_dict()
         return d
 
     def to_toml(self) -> str:

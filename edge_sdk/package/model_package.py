@@ -89,7 +89,14 @@ class ModelPackage:
             out.append((f"variant {v.id}", v))
             for e in v.external_data:
                 out.append((f"variant {v.id} external data", e))
+        out += self._generation_refs()
         return out
+
+    def _generation_refs(self) -> list[tuple[str, FileRef]]:
+        g = self.manifest.generation
+        if g is None:
+            return []
+        return [("tokenizer", g.tokenizer)] + ([("chat template", g.chat_template)] if g.chat_template is not None else [])
 
     def _golden_refs(self) -> list[tuple[str, FileRef]]:
         g = self.manifest.golden
@@ -116,6 +123,23 @@ class ModelPackage:
         rs = self.manifest.reference_stats
         if rs is not None:
             verify_file(self.root, FileRef(rs.file, rs.sha256, rs.size), "reference stats")
+        for what, ref in self._generation_refs():
+            verify_file(self.root, ref, what)
+
+    def read_text_verified(self, ref: FileRef, what: str) -> str:
+        """A package text file (tokenizer, chat template) read once and checked against its size and
+        sha256 as read (IntegrityError if they differ, or if it is not UTF-8)."""
+        path = contained(self.root, ref.file, what)
+        if not path.is_file():
+            raise IntegrityError(f"{what}: file {ref.file!r} is missing from the package")
+        data = path.read_bytes()
+        got = hashlib.sha256(data).hexdigest()
+        if len(data) != ref.size or got != ref.sha256:
+            raise IntegrityError(f"{what}: {ref.file} is {len(data)} bytes with sha256 {got}, manifest says {ref.size} bytes, {ref.sha256}")
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise IntegrityError(f"{what}: {ref.file} is not UTF-8 text: {e}") from e
 
     def read_reference_stats(self) -> bytes | None:
         """The bytes of the ``[reference_stats]`` file, checked against its size and sha256 as read

@@ -353,7 +353,7 @@ class ShadowChecker:
         profile's memory budget cannot hold both variants (the estimate of
         :mod:`edge_sdk.selection`: file bytes x MEMORY_FACTOR), :class:`ShadowError` when the
         package has no fp32 variant or the primary is it. Other keywords go to the checker."""
-        from ..model import LoadOptions, load
+        from ..model import LoadOptions, load_model
         from ..selection import MEMORY_FACTOR, MiB
 
         m = model.manifest
@@ -388,7 +388,7 @@ class ShadowChecker:
             variant=ref.id, threads=threads, telemetry=False, measure_backends=False, root=o.root, cache_dir=o.cache_dir,
             sandbox=o.sandbox, check_finite=o.check_finite,
         )  # fmt: skip
-        reference = load(model.package, model.detection.profile, opts)
+        reference = load_model(model.package, model.detection.profile, opts)
         try:
             return cls(model, reference, owns_reference=True, **kw)
         except BaseException:

@@ -41,7 +41,7 @@ def read_token(args: argparse.Namespace) -> str | None:
 def run(args: argparse.Namespace) -> int:
     """Run ``edge-sdk serve`` with parsed arguments: load the packages, start the server and serve until SIGTERM or Ctrl-C;
     returns the exit status."""
-    from ..model import load
+    from ..model import load_model
     from . import Server
 
     if (args.tls_cert is None) != (args.tls_key is None):
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     models = []
     try:
         for p in args.packages:
-            models.append(load(p, args.profile, **kw))
+            models.append(load_model(p, args.profile, **kw))
         server = Server(
             models, options, host=args.host, port=args.port, tls_cert=args.tls_cert, tls_key=args.tls_key, access_log=args.access_log
         )

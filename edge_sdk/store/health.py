@@ -45,12 +45,20 @@ def check_package(package_dir: str | Path) -> dict[str, Any]:
     """Load and exercise a package in this process; a JSON-able verdict."""
     import numpy as np
 
-    from ..model import load
+    from ..model import load_decoder, load_model
     from ..package import ModelPackage
 
     pkg = ModelPackage.open(package_dir)
     g = pkg.manifest.golden
-    with load(pkg, measure_backends=False) as model:
+    if pkg.manifest.task == "text-generation":
+        # A decoder's health: it loads, and greedy decoding of a short prompt yields tokens.
+        with load_decoder(pkg, measure_backends=False) as dec:
+            t0 = time.perf_counter()
+            r = dec.generate("Hello", max_new_tokens=4, ignore_eos=True)
+            if len(r.token_ids) != 4:
+                return {"ok": False, "reason": f"generation: 4 tokens asked for, {len(r.token_ids)} generated ({r.finish_reason})"}
+            return {"ok": True, "reason": "", "latency_ms": (time.perf_counter() - t0) * 1e3}
+    with load_model(pkg, measure_backends=False) as model:
         if g is None:
             feeds = {t.name: np.zeros(t.min_shape(), dtype=t.dtype) for t in model.manifest.inputs_for(model.variant)}
             model.predict(feeds)
