@@ -73,3 +73,18 @@ def demo_package() -> Path:
     from edge_sdk.assets import demo_package_path
 
     return demo_package_path()
+
+
+TINY_LLM = ROOT / "tools" / "fixtures" / "tiny_llm"
+
+
+@pytest.fixture(scope="session")
+def tiny_llm_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Llama trained by tools/train_tiny_llm.py (shipped as safetensors), converted by
+    ``edge-convert llm`` to int4, int8 and fp32 (about 3 s)."""
+    from converters.cli import main as convert_main
+
+    out = tmp_path_factory.mktemp("tiny-llm") / "pkg"
+    rc = convert_main(["llm", str(TINY_LLM), "--to", "int4,int8,fp32", "--out", str(out), "--eval-text", str(TINY_LLM / "heldout.txt"), "--json"])
+    assert rc == 0
+    return out

@@ -67,7 +67,7 @@ class LLMConvertOptions:
     eval_tokens: int = 512
     window: int = 256
     int4_methods: tuple[str, ...] = ("rtn", "hqq", "gptq")
-    mixed: str = "auto"  # "auto": try Q4_K_M-style mixed precision if pure int4 fails its gate; "always"; "never"
+    mixed: str = "auto"  # Q4_K_M-style mixed precision: "auto" = tried when the best pure int4 fails its gate; "always" = tried too; "never"
     block_size: int = 32
     accuracy_level: int = 4
     gates: Mapping[str, float] = field(default_factory=dict)
@@ -233,10 +233,18 @@ def convert_llm(source: str | os.PathLike[str], out: str | os.PathLike[str], opt
     cfg = src.config
     _log(log, f"{src.source_kind} {Path(str(source)).name}: {cfg.architecture}, {cfg.n_layers} layers, d_model {cfg.d_model}, heads {cfg.n_heads}/{cfg.n_kv_heads}, vocab {cfg.vocab_size}")
     text = opts.eval_text if opts.eval_text is not None else default_eval_text()
-    ids = _eval_ids(src, text, opts.eval_tokens)
+    all_ids = _eval_ids(src, text, len(text) + 1)
+    ids = all_ids[: opts.eval_tokens]
+    # GPTQ calibrates on text it is not measured on: the tokens after the eval slice, else the default text.
+    calib = all_ids[opts.eval_tokens : opts.eval_tokens + opts.calib_tokens]
+    if len(calib) < min(64, opts.calib_tokens):
+        calib = _eval_ids(src, default_eval_text(200_000)[-20_000:], opts.calib_tokens)
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".edge-convert-llm-", dir=out.parent))
-    report: dict[str, Any] = {"source": str(source), "source_sha256": src.source_sha256, "eval_tokens": len(ids), "window": opts.window, "machine": _machine(), "candidates": []}
+    report: dict[str, Any] = {
+        "source": str(source), "source_sha256": src.source_sha256, "eval_tokens": len(ids), "calib_tokens": len(calib), "window": opts.window,
+        "machine": _machine(), "candidates": [],
+    }  # fmt: skip
     try:
         t0 = time.perf_counter()
         ref, _ = _measure(src, _plan("fp32", opts), work, ids, opts, None, None)
@@ -251,14 +259,12 @@ def convert_llm(source: str | os.PathLike[str], out: str | os.PathLike[str], opt
             elif precision in ("fp16", "int8"):
                 cands.append(_candidate(src, precision, "rtn", {}, opts, work, ids, ref, None, log))
             else:
-                hess = _hessians(src, ids, opts.calib_tokens, log) if "gptq" in opts.int4_methods else None
-                if opts.mixed != "always":
-                    for m in opts.int4_methods:
-                        cands.append(_candidate(src, "int4", m, {}, opts, work, ids, ref, hess, log))
-                best = min(cands, key=lambda c: c.perplexity) if cands else None
-                if opts.mixed == "always" or (opts.mixed == "auto" and best is not None and best.perplexity_gap > opts.gate("int4")):
-                    base = best.method if best is not None else opts.int4_methods[0]
-                    cands.append(_candidate(src, "int4", base, q4km_overrides(cfg), opts, work, ids, ref, hess, log))
+                hess = _hessians(src, calib, opts.calib_tokens, log) if "gptq" in opts.int4_methods else None
+                for m in opts.int4_methods:
+                    cands.append(_candidate(src, "int4", m, {}, opts, work, ids, ref, hess, log))
+                best = min(cands, key=lambda c: c.perplexity)
+                if opts.mixed == "always" or (opts.mixed == "auto" and best.perplexity_gap > opts.gate("int4")):
+                    cands.append(_candidate(src, "int4", best.method, q4km_overrides(cfg), opts, work, ids, ref, hess, log))
             report["candidates"] += [c.to_dict() for c in cands]
             gate = opts.gate(precision)
             passing = [c for c in cands if c.perplexity_gap <= gate]
