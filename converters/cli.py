@@ -346,6 +346,7 @@ def cmd_llm(args: argparse.Namespace) -> int:
         version=args.version,
         timing=not args.no_timing,
         overwrite=args.overwrite,
+        prefer=args.prefer,
     )
     res = convert_llm(args.source, args.out, opts, log=None if args.json else (lambda m: print(m, flush=True)))
     if args.json:
@@ -433,9 +434,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--eval-text", type=Path, help="held-out UTF-8 text for perplexity (default: CPython's documentation topics)")
     p.add_argument("--eval-tokens", type=int, default=512, help="tokens of it to measure (default 512)")
     p.add_argument("--window", type=int, default=256, help="teacher-forced window in tokens (default 256)")
-    p.add_argument("--int4-methods", default="rtn,hqq,gptq", help="int4 quantizers to measure, best perplexity kept (default rtn,hqq,gptq)")
+    p.add_argument("--int4-methods", default="native,rtn,hqq,gptq",
+                   help="int4 quantizers to measure, best perplexity kept (default native,rtn,hqq,gptq; native = a GGUF's own Q4_0/Q4_1/Q8_0 blocks, exactly)")  # fmt: skip
     p.add_argument("--mixed", choices=("auto", "always", "never"), default="auto",
                    help="mixed precision (Q4_K_M's tensors in int8): auto = when pure int4 fails its gate")  # fmt: skip
+    p.add_argument("--prefer", choices=("perplexity", "speed"), default="perplexity",
+                   help="among int4 candidates that pass the gate keep the lowest perplexity (default) or the fastest measured TPOT")  # fmt: skip
     p.add_argument("--block-size", type=int, default=32, help="int4/int8 block size (default 32)")
     p.add_argument("--accuracy-level", type=int, default=4, help="MatMulNBits accuracy_level (4: int8 activations, fast on CPU; 0: exact)")
     p.add_argument("--gate", action="append", default=[], metavar="PRECISION=GAP",

@@ -44,7 +44,8 @@ from edge_sdk.package import (
 )
 
 from .evaluate import TeacherForced, agreement, default_eval_text, teacher_forced, time_decoder
-from .graph import GraphInfo, VariantPlan, build_decoder_graph, q4km_overrides, quantize_decoder
+from .graph import GraphInfo, VariantPlan, build_decoder_graph, linear_names, quantize_decoder, quantize_tensor
+from .native import native_overrides
 from .quant import METHODS, QuantizedWeight
 from .reference import ReferenceDecoder
 from .sources import read_source
@@ -55,6 +56,9 @@ __all__ = ["DEFAULT_GATES", "LLMConvertOptions", "LLMConvertResult", "convert_ll
 #: Maximum perplexity gap (relative to the float reference) per precision.
 DEFAULT_GATES = {"fp32": 0.0005, "fp16": 0.01, "int8": 0.02, "int4": 0.10}
 TARGETS = ("int4", "int8", "fp16", "fp32")
+#: int4 quantizers: ONNX Runtime-style RTN (asymmetric / symmetric), HQQ, GPTQ, and "native": a GGUF
+#: file's own Q4_0/Q4_1/Q8_0 blocks imported exactly (:mod:`.native`; other tensors by HQQ).
+INT4_METHODS = (*METHODS, "native")
 _BITS = {"int4": 4, "int8": 8, "fp16": 16, "fp32": 32}
 
 
@@ -66,8 +70,8 @@ class LLMConvertOptions:
     eval_text: str | None = None
     eval_tokens: int = 512
     window: int = 256
-    int4_methods: tuple[str, ...] = ("rtn", "hqq", "gptq")
-    mixed: str = "auto"  # Q4_K_M-style mixed precision: "auto" = tried when the best pure int4 fails its gate; "always" = tried too; "never"
+    int4_methods: tuple[str, ...] = ("native", "rtn", "hqq", "gptq")
+    mixed: str = "auto"  # mixed precision by measured sensitivity: "auto" = searched when no pure int4 passes its gate; "always"; "never"
     block_size: int = 32
     accuracy_level: int = 4
     gates: Mapping[str, float] = field(default_factory=dict)
@@ -80,14 +84,17 @@ class LLMConvertOptions:
     bench_prompt_tokens: int = 64
     bench_new_tokens: int = 32
     overwrite: bool = False
+    prefer: str = "perplexity"  # among int4 candidates that pass: "perplexity" (lowest) or "speed" (lowest measured TPOT)
 
     def __post_init__(self) -> None:
+        if self.prefer not in ("perplexity", "speed"):
+            raise LLMConvertError(f"--prefer: expected perplexity or speed, got {self.prefer!r}")
         bad = [t for t in self.targets if t not in TARGETS]
         if bad or not self.targets:
             raise LLMConvertError(f"--to: expected a comma list of {list(TARGETS)}, got {list(self.targets)}")
-        badm = [m for m in self.int4_methods if m not in METHODS]
+        badm = [m for m in self.int4_methods if m not in INT4_METHODS]
         if badm or not self.int4_methods:
-            raise LLMConvertError(f"--int4-methods: expected a comma list of {list(METHODS)}, got {list(self.int4_methods)}")
+            raise LLMConvertError(f"--int4-methods: expected a comma list of {list(INT4_METHODS)}, got {list(self.int4_methods)}")
         if self.mixed not in ("auto", "always", "never"):
             raise LLMConvertError(f"--mixed: expected auto, always or never, got {self.mixed!r}")
         for k, v in self.gates.items():
@@ -113,15 +120,19 @@ class Candidate:
     convert_s: float
     weights: dict[str, QuantizedWeight] | None = None
     info: GraphInfo | None = None
+    name: str = ""
+    tpot_ms: float | None = None
 
     @property
     def label(self) -> str:
-        return f"{self.precision}-{self.method}" + ("-mixed" if self.overrides else "")
+        return self.name or f"{self.precision}-{self.method}" + ("-mixed" if self.overrides and self.method != "native" else "")
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "label": self.label,
             "precision": self.precision,
             "method": self.method,
+            "tpot_ms": None if self.tpot_ms is None else round(self.tpot_ms, 3),
             "mixed_int8_tensors": sorted(k for k, b in self.overrides.items() if b == 8),
             "perplexity": round(self.perplexity, 4),
             "perplexity_gap": round(self.perplexity_gap, 5),
@@ -177,16 +188,110 @@ def _measure(src: DecoderSource, plan: VariantPlan, work: Path, ids: list[int], 
     return tf, info
 
 
+#: Projection classes whose sensitivity the mixed-precision search measures (each kept in 8 bits in turn).
+CLASSES = {"qkv": ("q", "k", "v"), "o": ("o",), "gate_up": ("gate", "up"), "down": ("down",)}
+
+
+class _WeightCache:
+    """Quantized tensors by (name, bits, method): a candidate that differs from another in a few
+    tensors' bits quantizes only those (HQQ of a 135M model takes ~20 s)."""
+
+    def __init__(self, src: DecoderSource) -> None:
+        self.src = src
+        self._w: dict[tuple[str, int, str], QuantizedWeight] = {}
+
+    def weights(self, plan: VariantPlan) -> dict[str, QuantizedWeight]:
+        out: dict[str, QuantizedWeight] = {}
+        for name in linear_names(self.src.config):
+            bits = plan.bits_for(name)
+            assert bits is not None
+            # 8 bits are near lossless by plain rounding; the chosen method is for the 4-bit tensors.
+            method = plan.method if bits == 4 or plan.method == "native" else "rtn"
+            key = (name, bits, method)
+            if key not in self._w:
+                one = VariantPlan(plan.precision, plan.block_size, plan.accuracy_level, method, {name: bits}, hessians=plan.hessians)
+                self._w[key] = quantize_tensor(self.src, one, name)
+            out[name] = self._w[key]
+        if plan.quantize_embedding:
+            out["embed"] = out["lm_head"] if self.src.config.tie_embeddings else quantize_tensor(self.src, plan, "embed")
+        return out
+
+
 def _candidate(
-    src: DecoderSource, precision: str, method: str, overrides: Mapping[str, int], opts: LLMConvertOptions, work: Path, ids: list[int], ref: TeacherForced, hessians: Any, log: Callable[[str], None] | None
+    src: DecoderSource,
+    precision: str,
+    method: str,
+    overrides: Mapping[str, int],
+    opts: LLMConvertOptions,
+    work: Path,
+    ids: list[int],
+    ref: TeacherForced,
+    hessians: Any,
+    log: Callable[[str], None] | None,
+    cache: _WeightCache | None = None,
+    label: str = "",
 ) -> Candidate:
     t0 = time.perf_counter()
     plan = _plan(precision, opts, method, overrides, hessians if method == "gptq" else None)
-    weights = quantize_decoder(src, plan) if plan.quantized else None
+    weights = None
+    if plan.quantized:
+        weights = cache.weights(plan) if cache is not None else quantize_decoder(src, plan)
     tf, info = _measure(src, plan, work, ids, opts, ref, weights)
-    c = Candidate(precision, method if plan.quantized else "", dict(overrides), tf.perplexity, tf.perplexity / ref.perplexity - 1.0, agreement(tf, ref), time.perf_counter() - t0, weights, info)
-    _log(log, f"  {c.label:22s} perplexity {c.perplexity:8.3f} ({c.perplexity_gap:+.2%}), top-1 agreement {c.top1_agreement:.3f} [{c.convert_s:.1f} s]")
+    c = Candidate(precision, method if plan.quantized else "", dict(overrides), tf.perplexity, tf.perplexity / ref.perplexity - 1.0, agreement(tf, ref), time.perf_counter() - t0, weights, info, label)
+    _log(log, f"  {c.label:34s} perplexity {c.perplexity:8.3f} ({c.perplexity_gap:+.2%}), top-1 agreement {c.top1_agreement:.3f} [{c.convert_s:.1f} s]")
     return c
+
+
+def _class_overrides(cfg: Any, classes: Sequence[str]) -> dict[str, int]:
+    return {f"layers.{i}.{p}": 8 for i in range(cfg.n_layers) for c in classes for p in CLASSES[c]}
+
+
+def _mixed_search(
+    src: DecoderSource, base: str, opts: LLMConvertOptions, work: Path, ids: list[int], ref: TeacherForced, hess: Any, log: Callable[[str], None] | None, cache: _WeightCache
+) -> list[Candidate]:
+    """Mixed precision by measured sensitivity: the LM head in 8 bits, then each projection class in
+    8 bits on its own; classes are then added in order of the perplexity they save until the gate
+    passes (llama.cpp's Q4_K_M keeps a fixed set -- head, attn_v, ffn_down -- in more bits; here the
+    set is measured per model)."""
+    gate = opts.gate("int4")
+    head = {"lm_head": 8}
+    out = [_candidate(src, "int4", base, head, opts, work, ids, ref, hess, log, cache, f"int4-{base} + head int8")]
+    if out[0].perplexity_gap <= gate:
+        return out
+    single = {}
+    for cls in CLASSES:
+        c = _candidate(src, "int4", base, {**head, **_class_overrides(src.config, [cls])}, opts, work, ids, ref, hess, log, cache, f"int4-{base} + head, {cls} int8")
+        out.append(c)
+        single[cls] = c.perplexity
+    order = sorted(CLASSES, key=lambda k: single[k])
+    if min(single.values()) - 1e-12 <= ref.perplexity * (1 + gate):
+        return out
+    for n in range(2, len(order) + 1):
+        chosen = order[:n]
+        c = _candidate(src, "int4", base, {**head, **_class_overrides(src.config, chosen)}, opts, work, ids, ref, hess, log, cache, f"int4-{base} + head, {'+'.join(chosen)} int8")
+        out.append(c)
+        if c.perplexity_gap <= gate:
+            break
+    return out
+
+
+def _fastest(src: DecoderSource, cands: Sequence[Candidate], opts: LLMConvertOptions, work: Path, log: Callable[[str], None] | None) -> Candidate:
+    """Among candidates that passed, the one with the lowest measured TPOT (built once each, timed)."""
+    if len(cands) == 1 or not opts.timing:
+        return min(cands, key=lambda c: (c.info.weight_bytes_per_token if c.info else 0, c.perplexity))
+    best: tuple[float, Candidate] | None = None
+    for c in cands:
+        plan = _plan(c.precision, opts, c.method or "rtn", c.overrides)
+        path = work / "timing.onnx"
+        info = build_decoder_graph(src, plan, path, weights=c.weights)
+        t = time_decoder(path.read_bytes(), src.config, info.kv_dtype, prompt_tokens=opts.bench_prompt_tokens, new_tokens=opts.bench_new_tokens, threads=opts.threads)
+        path.unlink(missing_ok=True)
+        c.tpot_ms = t.tpot_ms
+        _log(log, f"  {c.label:34s} passes; TPOT {t.tpot_ms:.2f} ms")
+        if best is None or t.tpot_ms < best[0]:
+            best = (t.tpot_ms, c)
+    assert best is not None
+    return best[1]
 
 
 def _hessians(src: DecoderSource, text_ids: list[int], n: int, log: Callable[[str], None] | None) -> dict[str, np.ndarray]:
@@ -260,16 +365,34 @@ def convert_llm(source: str | os.PathLike[str], out: str | os.PathLike[str], opt
                 cands.append(_candidate(src, precision, "rtn", {}, opts, work, ids, ref, None, log))
             else:
                 hess = _hessians(src, calib, opts.calib_tokens, log) if "gptq" in opts.int4_methods else None
+                cache = _WeightCache(src)
                 for m in opts.int4_methods:
-                    cands.append(_candidate(src, "int4", m, {}, opts, work, ids, ref, hess, log))
-                best = min(cands, key=lambda c: c.perplexity)
-                if opts.mixed == "always" or (opts.mixed == "auto" and best.perplexity_gap > opts.gate("int4")):
-                    cands.append(_candidate(src, "int4", best.method, q4km_overrides(cfg), opts, work, ids, ref, hess, log))
+                    if m == "native":
+                        nat = native_overrides(src)
+                        if not nat:
+                            _log(log, "  int4-native: the source stores no Q4_0/Q4_1/Q8_0 blocks to import; skipped")
+                            continue
+                        cands.append(_candidate(src, "int4", m, nat, opts, work, ids, ref, hess, log, cache))
+                        continue
+                    cands.append(_candidate(src, "int4", m, {}, opts, work, ids, ref, hess, log, cache))
+                if not cands:
+                    raise LLMConvertError(f"int4: none of the methods {list(opts.int4_methods)} applies to this source")
+                pure = [c for c in cands if c.method != "native"]
+                if pure and (opts.mixed == "always" or (opts.mixed == "auto" and min(c.perplexity_gap for c in pure) > opts.gate("int4"))):
+                    base = min(pure, key=lambda c: c.perplexity).method
+                    cands += _mixed_search(src, base, opts, work, ids, ref, hess, log, cache)
             report["candidates"] += [c.to_dict() for c in cands]
             gate = opts.gate(precision)
             passing = [c for c in cands if c.perplexity_gap <= gate]
-            # Among the candidates that pass, the pure ones first (smaller, faster), then the lowest perplexity.
-            pick = min(passing or cands, key=lambda c: (bool(c.overrides), c.perplexity))
+            # Among the candidates that pass: the lowest perplexity (prefer="perplexity"), or the fastest
+            # measured (prefer="speed"); with none passing, the lowest perplexity (kept only with --force).
+            if passing and opts.prefer == "speed":
+                pick = _fastest(src, passing, opts, work, log)
+            else:
+                pick = min(passing or cands, key=lambda c: c.perplexity)
+            for c in cands:
+                if c.tpot_ms is not None:
+                    next(r for r in report["candidates"] if r["label"] == c.label and r["precision"] == c.precision)["tpot_ms"] = round(c.tpot_ms, 3)
             if not passing:
                 failed[precision] = [f"perplexity_gap {pick.perplexity_gap:.4f} > {gate}"]
                 if not opts.force:

@@ -37,7 +37,7 @@ import fnmatch
 import math
 import os
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -45,6 +45,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from .native import native_weight
 from .quant import QuantizedWeight, concat_rows, dequantize, pack_gather_block_quantized, pack_matmulnbits, quantize
 from .reference import rope_cos_sin
 from .spec import DecoderConfig, DecoderSource, LLMConvertError, UnsupportedModelError
@@ -61,6 +62,7 @@ __all__ = [
     "linear_names",
     "q4km_overrides",
     "quantize_decoder",
+    "quantize_tensor",
     "session_feeds",
     "weight_bytes_per_token",
 ]
@@ -160,22 +162,27 @@ def quantize_decoder(src: DecoderSource, plan: VariantPlan) -> dict[str, Quantiz
     """
     if not plan.quantized:
         raise LLMConvertError(f"quantize_decoder: plan precision {plan.precision!r} is not quantized")
-    out = {name: _quantize_one(src, plan, name) for name in linear_names(src.config)}
+    out = {name: quantize_tensor(src, plan, name) for name in linear_names(src.config)}
     if plan.quantize_embedding:
-        out["embed"] = out["lm_head"] if src.config.tie_embeddings else _quantize_one(src, plan, "embed")
+        out["embed"] = out["lm_head"] if src.config.tie_embeddings else quantize_tensor(src, plan, "embed")
     return out
 
 
-def _quantize_one(src: DecoderSource, plan: VariantPlan, name: str) -> QuantizedWeight:
+def quantize_tensor(src: DecoderSource, plan: VariantPlan, name: str) -> QuantizedWeight:
     """Quantize canonical tensor ``name`` as ``plan`` says. With ``method="gptq"`` the head and the
     embedding fall back to RTN unless ``plan.hessians`` holds theirs (their inputs' Hessians are
     not collected by :meth:`~.reference.ReferenceDecoder.collect_hessians`); the per-tensor method
     is reported in :class:`GraphInfo`."""
     bits = plan.bits_for(name)
     assert bits is not None
+    if plan.method == "native":
+        nw = native_weight(src, name)
+        # (an untied embedding with per-block offsets is re-quantized: GatherBlockQuantized adds no offset)
+        if nw is not None and nw.bits == bits and not (name == "embed" and nw.offsets is not None):
+            return nw
     w = _head_source(src) if name == "lm_head" else src.tensor(name)
     h = (plan.hessians or {}).get(name) if plan.method == "gptq" else None
-    method = plan.method
+    method = "hqq" if plan.method == "native" else plan.method  # a tensor the file does not store in an imported type
     if method == "gptq" and h is None:
         if name not in ("lm_head", "embed"):
             raise LLMConvertError(f"method 'gptq' needs plan.hessians[{name!r}], found none")
@@ -233,6 +240,7 @@ class _Builder:
         self.methods: dict[str, str] = {}
         self.qw: dict[str, QuantizedWeight] = dict(weights or {})
         self._n = 0
+        self._blocksums: dict[tuple[str, int], str] = {}
 
     # -- helpers -------------------------------------------------------------------------------
     def init(self, name: str, arr: np.ndarray) -> str:
@@ -254,7 +262,7 @@ class _Builder:
         bits = self.plan.bits_for(name)
         assert bits is not None
         if name not in self.qw:
-            self.qw[name] = _quantize_one(self.src, self.plan, name)
+            self.qw[name] = quantize_tensor(self.src, self.plan, name)
         qw = self.qw[name]
         if qw.bits != bits:
             raise LLMConvertError(f"pre-quantized weight {name!r} has {qw.bits} bits, the plan asks for {bits}")
@@ -289,7 +297,26 @@ class _Builder:
         self.methods[name] = self.plan.precision
         return w
 
+    def blocksum(self, x: str, block_size: int, k: int) -> str:
+        """``x [B, S, K]`` summed over each block of ``block_size`` inputs: ``[B, S, K / block_size]``
+        (computed once per input and block size)."""
+        key = (x, block_size)
+        if key not in self._blocksums:
+            if k % block_size:
+                raise LLMConvertError(f"per-block offsets need K ({k}) to be a multiple of the block size {block_size}")
+            r = self.node("Reshape", [x, self.const_i64(f"/const/bs_shape_{k}_{block_size}_{len(self._blocksums)}", [0, 0, k // block_size, block_size])])[0]
+            self._blocksums[key] = self.node("ReduceSum", [r, self.const_i64(f"/const/bs_axes_{len(self._blocksums)}", [3])], keepdims=0)[0]
+        return self._blocksums[key]
+
     def matmulnbits(self, x: str, qw: QuantizedWeight, init_name: str, out: str | None = None) -> str:
+        if qw.offsets is not None:
+            # w = (q - zp) * scale + offset per block: x @ w.T = MatMulNBits(x) + blocksum(x) @ offset.T, the
+            # offsets held in 8 bits (they are at most half a step of the 4-bit grid; 8 bits keep 1/256 of that).
+            main = replace(qw, offsets=None)
+            y = self.matmulnbits(x, main, init_name)
+            off = quantize(qw.offsets, 8, 16, "rtn")
+            y2 = self.matmulnbits(self.blocksum(x, qw.block_size, qw.K), off, init_name + ".offsets")
+            return self.node("Add", [y, y2], [out] if out else 1)[0]
         b, s, z = pack_matmulnbits(qw)
         ins = [x, self.init(init_name + ".qweight", b), self.init(init_name + ".scales", s)]
         if z is not None:
@@ -427,7 +454,13 @@ class _Builder:
     def embedding(self) -> str:
         c, plan = self.cfg, self.plan
         if plan.quantized and plan.quantize_embedding:
-            if c.tie_embeddings:
+            if c.tie_embeddings and self.weight("lm_head").offsets is not None:
+                # The head was imported with per-block offsets, which GatherBlockQuantized cannot add:
+                # the embedding gets its own 8-bit copy (near exact; bytes read per token: one row).
+                qw = quantize(self.src.tensor("embed"), 8, plan.block_size, "rtn")
+                self.bits["embed"], self.methods["embed"] = qw.bits, qw.method
+                data_name = self.init("model.embed_tokens.qweight", pack_gather_block_quantized(qw)[0])
+            elif c.tie_embeddings:
                 qw = self.weight("lm_head")
                 if "embed" in self.qw and self.qw["embed"] is not qw:
                     raise LLMConvertError("tied embeddings: pre-quantized 'embed' must be the same object as 'lm_head'")
@@ -436,7 +469,7 @@ class _Builder:
             else:
                 bits = plan.bits_for("embed")
                 if "embed" not in self.qw:
-                    self.qw["embed"] = _quantize_one(self.src, plan, "embed")
+                    self.qw["embed"] = quantize_tensor(self.src, plan, "embed")
                 qw = self.qw["embed"]
                 if qw.bits != bits or (qw.N, qw.K) != (c.vocab_size, c.d_model):
                     raise LLMConvertError(

@@ -74,6 +74,10 @@ class QuantizedWeight:
     method: str
     K: int
     N: int
+    #: ``float32 [N, n_blocks]`` or None: a per-block offset added after dequantizing (``w = (q - zp) *
+    #: scale + offset``), for weights imported exactly from a format whose zero point is a float (GGUF
+    #: Q4_1: ``w = d * q + m``). The graph adds it as ``blocksum(x) @ offset.T`` next to MatMulNBits.
+    offsets: np.ndarray | None = None
 
     @property
     def n_blocks(self) -> int:
@@ -363,6 +367,8 @@ def dequantize(qw: QuantizedWeight) -> np.ndarray:
     """``[N, K]`` float32: ``(q - zero_point) * scale``, computed in float32 as MatMulNBits does."""
     zp = qw.effective_zero_points().astype(np.float32)
     w = (qw.q.astype(np.float32) - zp[..., None]) * qw.scales[..., None]
+    if qw.offsets is not None:
+        w = w + qw.offsets[..., None].astype(np.float32)
     return np.ascontiguousarray(w.reshape(qw.N, -1)[:, : qw.K])
 
 
@@ -381,7 +387,11 @@ def concat_rows(parts: list[QuantizedWeight]) -> QuantizedWeight:
             )
     sym = all(p.symmetric for p in parts)
     methods = sorted({p.method for p in parts})
+    offsets = None
+    if any(p.offsets is not None for p in parts):
+        offsets = np.concatenate([p.offsets if p.offsets is not None else np.zeros(p.scales.shape, np.float32) for p in parts], axis=0)
     return QuantizedWeight(
+        offsets=offsets,
         bits=p0.bits,
         block_size=p0.block_size,
         q=np.concatenate([p.q for p in parts], axis=0),

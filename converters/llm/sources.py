@@ -737,7 +737,7 @@ def read_gguf(path: PathLike) -> DecoderSource:
     data_offset = h.data_offset
     size = h.file_size
 
-    def load(name: str) -> np.ndarray:
+    def read_raw(name: str) -> tuple[GGUFTensorInfo, bytes]:
         info = index.get(name)
         if info is None:
             raise KeyError(f"{source}: no tensor {name!r} in this model; known: {', '.join(sorted(index))}")
@@ -756,6 +756,18 @@ def read_gguf(path: PathLike) -> DecoderSource:
             raise SourceFormatError(
                 f"{source}: tensor {info.name!r}: expected {info.n_bytes:,} bytes at offset {start:,}, read {len(raw):,}"
             )
+        return info, raw
+
+    def load_raw(name: str) -> tuple[str, np.ndarray]:
+        info, raw = read_raw(name)
+        rows = info.n_elements // info.dims[0]
+        out = np.frombuffer(raw, dtype=np.uint8).reshape(rows, -1)
+        if name in permute_heads:
+            out = unpermute_qk(out, permute_heads[name])
+        return info.type_name, np.ascontiguousarray(out)
+
+    def load(name: str) -> np.ndarray:
+        info, raw = read_raw(name)
         out = _dequantize(raw, info, source)
         if name in permute_heads:
             out = unpermute_qk(out, permute_heads[name])
@@ -780,6 +792,7 @@ def read_gguf(path: PathLike) -> DecoderSource:
         native_quant=native,
         name=name if isinstance(name, str) else "",
         add_bos=tok.add_bos,
+        load_raw=load_raw,
     )
 
 

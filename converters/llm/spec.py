@@ -130,6 +130,9 @@ class DecoderSource:
     #: (GGUF ``tokenizer.ggml.add_bos_token``) and ``tokenizer_json`` does not do it itself.
     #: Chat templates that already start with the BOS text make this moot; the runtime decides.
     add_bos: bool = False
+    #: GGUF sources: ``load_raw(name) -> (ggml type name, uint8 [rows, row_bytes])``, the tensor's own
+    #: blocks with rows in canonical (un-permuted) order, for importing quantized weights exactly.
+    load_raw: Callable[[str], tuple[str, np.ndarray]] | None = None
 
     def tensor(self, name: str) -> np.ndarray:
         """Canonical tensor ``name`` as float32 (checked against the config's shape)."""
