@@ -308,8 +308,8 @@ def _repackage(src: Path, dst: Path, *, tokenizer: str | None = None, template: 
     """A copy of the package with its tokenizer or template replaced and the digests redone."""
     import shutil
 
-    from edge_sdk.package import Manifest, file_ref
     from edge_sdk import _toml
+    from edge_sdk.package import Manifest, file_ref
 
     shutil.copytree(src, dst)
     if tokenizer is not None:

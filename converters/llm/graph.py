@@ -46,7 +46,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from .native import native_weight
-from .quant import QuantizedWeight, concat_rows, dequantize, pack_gather_block_quantized, pack_matmulnbits, quantize
+from .quant import QuantizedWeight, concat_cols, concat_rows, dequantize, pack_gather_block_quantized, pack_matmulnbits, quantize
 from .reference import rope_cos_sin
 from .spec import DecoderConfig, DecoderSource, LLMConvertError, UnsupportedModelError
 
@@ -297,26 +297,31 @@ class _Builder:
         self.methods[name] = self.plan.precision
         return w
 
-    def blocksum(self, x: str, block_size: int, k: int) -> str:
-        """``x [B, S, K]`` summed over each block of ``block_size`` inputs: ``[B, S, K / block_size]``
-        (computed once per input and block size)."""
+    def augmented(self, x: str, block_size: int, k: int) -> str:
+        """``[x, blocksum(x)]`` along the last axis (``K + K / block_size`` inputs), once per input: the block
+        sums come from one MatMul by a constant 0/1 matrix ``[K, K / block_size]``."""
         key = (x, block_size)
         if key not in self._blocksums:
             if k % block_size:
                 raise LLMConvertError(f"per-block offsets need K ({k}) to be a multiple of the block size {block_size}")
-            r = self.node("Reshape", [x, self.const_i64(f"/const/bs_shape_{k}_{block_size}_{len(self._blocksums)}", [0, 0, k // block_size, block_size])])[0]
-            self._blocksums[key] = self.node("ReduceSum", [r, self.const_i64(f"/const/bs_axes_{len(self._blocksums)}", [3])], keepdims=0)[0]
+            nb = k // block_size
+            name = f"/const/blocksum_{k}_{block_size}"
+            if name not in self._names:
+                sel = np.zeros((k, nb), dtype=self.fdt)
+                sel[np.arange(k), np.arange(k) // block_size] = 1.0
+                self.init(name, sel)
+            xs = self.node("MatMul", [x, name])[0]
+            self._blocksums[key] = self.node("Concat", [x, xs], axis=-1)[0]
         return self._blocksums[key]
 
     def matmulnbits(self, x: str, qw: QuantizedWeight, init_name: str, out: str | None = None) -> str:
         if qw.offsets is not None:
-            # w = (q - zp) * scale + offset per block: x @ w.T = MatMulNBits(x) + blocksum(x) @ offset.T, the
-            # offsets held in 8 bits (they are at most half a step of the 4-bit grid; 8 bits keep 1/256 of that).
-            main = replace(qw, offsets=None)
-            y = self.matmulnbits(x, main, init_name)
-            off = quantize(qw.offsets, 8, 16, "rtn")
-            y2 = self.matmulnbits(self.blocksum(x, qw.block_size, qw.K), off, init_name + ".offsets")
-            return self.node("Add", [y, y2], [out] if out else 1)[0]
+            # w = (q - zp) * scale + offset per block, so x @ w.T = [x, blocksum(x)] @ [w_q, offsets].T: one
+            # MatMulNBits over K + K/block inputs whose last blocks hold the offsets (4-bit, their own scales;
+            # an offset is at most half a step of the weight grid, and 4 bits keep 1/30 of its range).
+            off = quantize(qw.offsets, qw.bits, qw.block_size, "rtn")
+            aug = concat_cols(replace(qw, offsets=None), off)
+            return self.matmulnbits(self.augmented(x, qw.block_size, qw.K), aug, init_name, out)
         b, s, z = pack_matmulnbits(qw)
         ins = [x, self.init(init_name + ".qweight", b), self.init(init_name + ".scales", s)]
         if z is not None:

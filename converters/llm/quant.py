@@ -44,6 +44,7 @@ from .spec import LLMConvertError, UnsupportedModelError
 __all__ = [
     "METHODS",
     "QuantizedWeight",
+    "concat_cols",
     "concat_rows",
     "dequantize",
     "pack_gather_block_quantized",
@@ -370,6 +371,27 @@ def dequantize(qw: QuantizedWeight) -> np.ndarray:
     if qw.offsets is not None:
         w = w + qw.offsets[..., None].astype(np.float32)
     return np.ascontiguousarray(w.reshape(qw.N, -1)[:, : qw.K])
+
+
+def concat_cols(a: QuantizedWeight, b: QuantizedWeight) -> QuantizedWeight:
+    """``[a, b]`` along K (``a.K`` a multiple of the block size, so ``b`` starts a new block): one weight
+    over ``a.K + b.K`` inputs. Same bits, block size and N needed; neither may carry offsets."""
+    if (a.bits, a.block_size, a.N) != (b.bits, b.block_size, b.N) or a.K % a.block_size or a.offsets is not None or b.offsets is not None:
+        raise LLMConvertError(
+            f"concat_cols: need equal (bits, block_size, N), a.K a multiple of the block and no offsets; got "
+            f"{(a.bits, a.block_size, a.N, a.K)} and {(b.bits, b.block_size, b.N, b.K)}"
+        )
+    sym = a.symmetric and b.symmetric
+    return QuantizedWeight(
+        bits=a.bits,
+        block_size=a.block_size,
+        q=np.concatenate([a.q, b.q], axis=1),
+        scales=np.concatenate([a.scales, b.scales], axis=1),
+        zero_points=None if sym else np.concatenate([a.effective_zero_points(), b.effective_zero_points()], axis=1),
+        method=a.method,
+        K=a.K + b.K,
+        N=a.N,
+    )
 
 
 def concat_rows(parts: list[QuantizedWeight]) -> QuantizedWeight:
