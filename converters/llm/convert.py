@@ -104,6 +104,7 @@ class LLMConvertOptions:
             raise LLMConvertError(f"eval_tokens/window: expected >= 16 / >= 8, got {self.eval_tokens} / {self.window}")
 
     def gate(self, precision: str) -> float:
+        """The maximum perplexity gap for ``precision`` (``gates``, else :data:`DEFAULT_GATES`)."""
         return float(self.gates.get(precision, DEFAULT_GATES[precision]))
 
 

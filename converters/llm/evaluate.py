@@ -36,10 +36,12 @@ class TeacherForced:
 
     @property
     def perplexity(self) -> float:
+        """``exp(mean NLL)`` over the positions."""
         return float(np.exp(self.nll.mean()))
 
     @property
     def positions(self) -> int:
+        """How many next tokens were scored."""
         return int(self.nll.size)
 
 

@@ -110,10 +110,12 @@ class VariantPlan:
 
     @property
     def quantized(self) -> bool:
+        """True for int4/int8 plans (MatMulNBits weights)."""
         return self.precision in ("int4", "int8")
 
     @property
     def kv(self) -> str:
+        """The KV cache dtype this plan builds (``kv_dtype``, else the compute type)."""
         return self.kv_dtype or ("float16" if self.precision == "fp16" else "float32")
 
     def bits_for(self, name: str) -> int | None:
@@ -654,6 +656,7 @@ class DecodeSession:
         self.reset()
 
     def reset(self) -> None:
+        """Start a new sequence (zeroed KV, position 0)."""
         self.past_len = 0
         self.kv: dict[str, np.ndarray] | None = None
 

@@ -83,10 +83,10 @@ def native_weight(src: DecoderSource, name: str) -> QuantizedWeight | None:
 def native_overrides(src: DecoderSource) -> dict[str, int]:
     """Bits per canonical linear name (and ``lm_head``) for an int4 plan that imports the file's blocks:
     8 for tensors stored as Q8_0, 4 for Q4_0/Q4_1 (empty when the source has none of these)."""
-    from .graph import linear_names
-
+    cfg = src.config
+    names = [f"layers.{i}.{p}" for i in range(cfg.n_layers) for p in ("q", "k", "v", "o", "gate", "up", "down")] + ["lm_head"]
     out: dict[str, int] = {}
-    for name in linear_names(src.config):
+    for name in names:
         key = "embed" if name == "lm_head" and src.config.tie_embeddings else name
         bits = NATIVE_BITS.get(src.native_quant.get(key, ""))
         if bits is not None and src.load_raw is not None:

@@ -82,10 +82,12 @@ class QuantizedWeight:
 
     @property
     def n_blocks(self) -> int:
+        """Blocks per row (``ceil(K / block_size)``)."""
         return int(self.q.shape[1])
 
     @property
     def symmetric(self) -> bool:
+        """True when no zero points are stored (the implied one is ``2^(bits-1)``)."""
         return self.zero_points is None
 
     def effective_zero_points(self) -> np.ndarray:

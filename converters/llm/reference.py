@@ -80,6 +80,7 @@ class KVCache:
 
     @property
     def length(self) -> int:
+        """Tokens held."""
         return int(self.keys[0].shape[1]) if self.keys else 0
 
 

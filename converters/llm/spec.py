@@ -88,6 +88,7 @@ class DecoderConfig:
         return 2 * self.n_layers * self.n_kv_heads * self.head_dim * kv_dtype_bytes
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field, JSON-ready."""
         d = dict(self.__dict__)
         d["eos_token_ids"] = list(self.eos_token_ids)
         d["rope_scaling"] = dict(self.rope_scaling) if self.rope_scaling else None

@@ -118,6 +118,7 @@ class GGUFTokenizer:
 
     @property
     def n_tokens(self) -> int:
+        """The vocabulary size (tokens in the GGUF list)."""
         return len(self.tokens)
 
     def token(self, token_id: int | None) -> str | None:
