@@ -169,6 +169,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     for s in m.outputs:
         lines.append(f"  {s.name}: {s.dtype} {list(s.shape)}")
     lines.append(f"decoder: {m.decoder.kind}" + (f", labels {list(m.labels)}" if m.labels else ""))
+    if m.generation is not None:
+        g0 = m.generation
+        lines.append(
+            f"generation: {g0.architecture}, {g0.n_layers} layers, {g0.n_heads}/{g0.n_kv_heads} heads x {g0.head_dim}, vocab {g0.vocab_size}, "
+            f"context {g0.context_length}; chat template {'yes' if g0.chat_template else 'no'}; eos {list(g0.eos_token_ids)}"
+        )
     lines.append("variants:")
     for v in m.variants:
         q = v.quality
@@ -179,6 +185,16 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                 parts.append(f"{q.metric}={q.value}")
             qs = " quality: " + ", ".join(parts)
         lines.append(f"  {v.id}: {v.backend} {v.precision} {v.file} {v.size} B sha256={v.sha256[:16]}…{' (reference)' if v.reference else ''}{qs}")
+        g = v.generation
+        if g is not None:
+            gap = f" ({q.perplexity_gap:+.2%} vs reference)" if q and q.perplexity_gap is not None else ""
+            ppl = f"; perplexity {q.perplexity:.3f}{gap}" if q and q.perplexity is not None else ""
+            tm = f"; TTFT {g.ttft_ms} ms, TPOT {g.tpot_ms} ms on {g.bench_threads} threads" if g.tpot_ms is not None else ""
+            mixed = f", {len(g.int8_tensors)} tensors int8" if g.int8_tensors else ""
+            lines.append(
+                f"      {g.bits}-bit {g.method or 'float'}{mixed}; KV {g.kv_bytes_per_token} B/token ({g.kv_dtype}); "
+                f"{g.weight_bytes_per_token / 2**20:.1f} MiB of weights read per token{ppl}{tm}"
+            )
     lines += ["", "selection:", sel.explain()]
     if sel.tied:
         lines.append(f"(tied with {[c.variant_id for c in sel.tied]}: `load` times them on this device and keeps the faster)")

@@ -371,3 +371,47 @@ def test_selection_explains_generation_costs_and_quality_gap(tiny_llm_package: P
     assert "KV 2.0 KiB per token" in text and "perplexity" in text and "vs reference" in text
     assert "text-generation order ['int4', 'int8', 'fp32']" in text
     assert np.isfinite(m.variant.quality.perplexity)
+
+
+# --- CLI ------------------------------------------------------------------------------------
+
+
+def _cli(*args: str, stdin: str | None = None) -> Any:
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "edge_sdk.cli", *args], input=stdin, capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[1]
+    )
+
+
+def test_cli_generate_streams_and_json_has_the_fields(tiny_llm_package: Path) -> None:
+    p = _cli("generate", str(tiny_llm_package), "--prompt", "The with statement", "--max-tokens", "12", "--profile", "generic-x86_64", "--variant", "fp32")
+    assert p.returncode == 0, p.stderr
+    torch_ref = json.loads((TINY / "torch_reference.json").read_text())["prompts"][0]
+    assert torch_ref["prompt"] == "The with statement"
+    assert p.stdout.startswith(torch_ref["greedy_20_text"][:8])  # the greedy text, streamed to stdout
+    assert "12 tokens, length" in p.stderr and "TTFT" in p.stderr
+    p = _cli("generate", str(tiny_llm_package), "--prompt", "The with statement", "--max-tokens", "12", "--profile", "generic-x86_64", "--variant", "fp32", "--json", "--seed", "3", "--temperature", "0.9")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    for k in ("text", "token_ids", "finish_reason", "prompt_tokens", "generated_tokens", "ttft_ms", "tpot_ms", "tokens_per_s", "variant", "seed"):
+        assert k in d, k
+    assert d["variant"] == "fp32" and d["seed"] == 3 and len(d["token_ids"]) == d["generated_tokens"] <= 12
+    bad = _cli("generate", str(tiny_llm_package), "--prompt", "x", "--top-p", "2", "--profile", "generic-x86_64")
+    assert bad.returncode == 1 and "SamplingError" in bad.stderr and "top_p" in bad.stderr
+
+
+def test_cli_chat_reads_one_message_per_line(tiny_llm_package: Path) -> None:
+    p = _cli("chat", str(tiny_llm_package), "--profile", "generic-x86_64", "--max-tokens", "6", "--system", "Be brief.", stdin="What is a list?\nAnd a tuple?\n\n")
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.count("> ") == 3  # two answers, then the empty line ends it
+    assert len([ln for ln in p.stdout.splitlines() if ln.strip()]) >= 1
+
+
+def test_cli_inspect_shows_generation_costs_and_quality_gap(tiny_llm_package: Path) -> None:
+    p = _cli("inspect", str(tiny_llm_package), "--profile", "generic-x86_64")
+    assert p.returncode == 0, p.stderr
+    assert "generation: llama, 4 layers, 4/2 heads x 32, vocab 1024, context 512; chat template yes" in p.stdout
+    assert "KV 2048 B/token (float32)" in p.stdout and "vs reference)" in p.stdout and "MiB of weights read per token" in p.stdout
+    assert "chosen: int4" in p.stdout
