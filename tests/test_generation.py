@@ -415,3 +415,27 @@ def test_cli_inspect_shows_generation_costs_and_quality_gap(tiny_llm_package: Pa
     assert "generation: llama, 4 layers, 4/2 heads x 32, vocab 1024, context 512; chat template yes" in p.stdout
     assert "KV 2048 B/token (float32)" in p.stdout and "vs reference)" in p.stdout and "MiB of weights read per token" in p.stdout
     assert "chosen: int4" in p.stdout
+
+
+def test_open_verified_hands_the_runtime_the_hashed_inode(tiny_llm_package: Path, tmp_path: Path) -> None:
+    import os
+    import shutil
+
+    from edge_sdk.errors import IntegrityError
+
+    pkg_dir = tmp_path / "pkg"
+    shutil.copytree(tiny_llm_package, pkg_dir)
+    pkg = ModelPackage.open(pkg_dir)
+    v = pkg.manifest.variant("fp32")
+    original = (pkg_dir / v.file).read_bytes()
+    fd, path = pkg.open_verified(v)
+    try:
+        swap = pkg_dir / "swap.onnx"
+        swap.write_bytes(b"\x00" * len(original))
+        os.replace(swap, pkg_dir / v.file)  # the name now points at other bytes
+        with open(path, "rb") as f:
+            assert f.read() == original  # ... the path handed out still reads what was hashed
+    finally:
+        os.close(fd)
+    with pytest.raises(IntegrityError, match="sha256"):
+        pkg.open_verified(v)  # and the next open sees the swap

@@ -16,6 +16,7 @@ CRITICAL: the stream pauses until the state drops, the deadline passes or it is 
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -592,9 +593,11 @@ def open_decoder(
             f"variant {variant.id}: kv_bytes_per_token {g.kv_bytes_per_token} does not match 2 x {spec.n_layers} layers x "
             f"{spec.n_kv_heads} kv heads x {spec.head_dim} x {g.kv_dtype} = {shape.kv_bytes_per_token}"
         )
-    vm = pkg.read_verified(variant)
-    data = vm.data
-    del vm
-    session = OrtDecoderSession(data, shape, session_options, plan.max_tokens)
-    del data
+    # Loaded by path (the verified open file), not from bytes: ONNX Runtime keeps its own copy of a
+    # bytes model for the session's life, a second copy of every weight.
+    fd, path = pkg.open_verified(variant)
+    try:
+        session = OrtDecoderSession(path, shape, session_options, plan.max_tokens)
+    finally:
+        os.close(fd)
     return DecoderModel(pkg, variant, session, tok, template, selection, detection, plan, telemetry=telemetry, deterministic=deterministic)
