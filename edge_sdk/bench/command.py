@@ -2,6 +2,11 @@
 
     edge-sdk bench PACKAGE [--variant V ...|--all-variants] [--scenario S ...|all] [--vs-raw] [--json F] [--plot F.png] ...
     edge-sdk bench --compare A.json B.json [--min-effect F] [--json F]
+    edge-sdk bench TEXT-GENERATION-PACKAGE [--prompt-tokens P] [--new-tokens G] [--runs N] [--threads T] [--vs-raw] [--json F]
+
+A text-generation package (``task = "text-generation"``) runs :mod:`edge_sdk.bench.generation`
+instead of the scenarios: TTFT, TPOT, tokens/s, memory, and with ``--vs-raw`` onnxruntime-genai
+on the same file.
 
 Exit codes: 0 done, 1 an edge_sdk error (message on stderr), 2 bad usage.
 """
@@ -41,6 +46,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--vs-raw", action="store_true", help="add each variant's bytes in the bare runtime (same threads) and report the SDK's overhead"
     )
+    g = p.add_argument_group("text-generation packages (edge_sdk.bench.generation)")
+    g.add_argument("--prompt-tokens", type=int, metavar="P", help="random prompt of P token ids from --seed (default 64)")
+    g.add_argument("--prompt", metavar="TEXT", help="this prompt text instead of random ids")
+    g.add_argument("--new-tokens", type=int, metavar="G", help="tokens generated per run, greedy, ignore_eos (default 64)")
+    g.add_argument("--runs", type=int, metavar="N", help="measured generations per variant and runtime (default 5)")
+    g.add_argument("--context", type=int, metavar="N", help="KV tokens to allocate (default: what load plans)")
+    g.add_argument("--no-memory", action="store_true", help="skip the peak-RSS child processes")
     g = p.add_argument_group("bounds and inputs")
     g.add_argument("--duration-s", type=float, default=5.0, metavar="S", help="measured seconds per target and scenario (default 5)")
     g.add_argument("--count", type=int, metavar="N", help="at most N queries per target and scenario (offline: exactly N)")
@@ -131,6 +143,11 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
         return _compare(args)
     if not args.package:
         return _usage("PACKAGE is required (or --compare A.json B.json)")
+    gen = _generation_args(args)
+    if _is_text_generation(args.package, args.cache_dir):
+        return _generation(args, argv)
+    if gen:
+        return _usage(f"{', '.join(gen)} apply to text-generation packages only")
     if args.no_search and args.rate is None and "server" in _scenarios(args.scenario):
         return _usage("--no-search needs --rate for the server scenario")
     from .options import BenchOptions
@@ -166,6 +183,61 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
         from .plot import write_plot
 
         print(f"plot: {write_plot(report, args.plot)}")
+    return 0
+
+
+_GEN_ONLY = {
+    "prompt_tokens": "--prompt-tokens",
+    "prompt": "--prompt",
+    "new_tokens": "--new-tokens",
+    "runs": "--runs",
+    "context": "--context",
+}
+_NOT_GEN = {"scenario": "--scenario", "plot": "--plot", "remote": "--remote", "count": "--count", "rate": "--rate"}
+
+
+def _generation_args(args: argparse.Namespace) -> list[str]:
+    out = [flag for k, flag in _GEN_ONLY.items() if getattr(args, k, None) is not None]
+    return out + (["--no-memory"] if getattr(args, "no_memory", False) else [])
+
+
+def _is_text_generation(package: str, cache_dir: str | None) -> bool:
+    """Whether ``package`` is a text-generation package (a folder's manifest is read; an archive is
+    opened the way ``load`` opens it). Anything unreadable is left to the single-pass path's errors."""
+    from pathlib import Path
+
+    from ..errors import EdgeSDKError
+    from ..package import ModelPackage, default_cache_dir
+
+    try:
+        pkg = ModelPackage.open(package, cache_dir=Path(cache_dir) if cache_dir else default_cache_dir(), verify=False)
+    except (EdgeSDKError, OSError):
+        return False
+    return pkg.manifest.task == "text-generation"
+
+
+def _generation(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
+    from . import generation as gb
+
+    bad = [flag for k, flag in _NOT_GEN.items() if getattr(args, k)]
+    if bad:
+        return _usage(f"{', '.join(bad)} apply to single-pass packages; {args.package} is a text-generation package")
+    try:
+        opts = gb.GenerationBenchOptions(
+            variants=tuple(args.variant), all_variants=args.all_variants,
+            prompt_tokens=args.prompt_tokens if args.prompt_tokens is not None else gb.DEFAULT_PROMPT_TOKENS,
+            new_tokens=args.new_tokens if args.new_tokens is not None else gb.DEFAULT_NEW_TOKENS,
+            runs=args.runs if args.runs is not None else gb.DEFAULT_RUNS, prompt=args.prompt, seed=args.seed, threads=args.threads,
+            vs_raw=args.vs_raw, memory=not args.no_memory, context=args.context, profile=args.profile, root=args.root,
+            cache_dir=args.cache_dir,
+        )  # fmt: skip
+    except ValueError as e:
+        return _usage(str(e))
+    progress = None if args.quiet else (lambda line: print(f"bench: {line}", file=sys.stderr, flush=True))
+    report = gb.run_generation_bench(args.package, opts, argv=list(argv) if argv is not None else sys.argv[1:], progress=progress)
+    sys.stdout.write(gb.render_generation_text(report))
+    if args.json:
+        print(f"report: {gb.write_generation_json(report, args.json)}")
     return 0
 
 
