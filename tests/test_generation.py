@@ -439,3 +439,20 @@ def test_open_verified_hands_the_runtime_the_hashed_inode(tiny_llm_package: Path
         os.close(fd)
     with pytest.raises(IntegrityError, match="sha256"):
         pkg.open_verified(v)  # and the next open sees the swap
+
+
+def test_fp16_variant_and_float16_kv(tmp_path: Path) -> None:
+    from converters.cli import main as convert_main
+
+    out = tmp_path / "pkg16"
+    rc = convert_main(["llm", str(TINY), "--to", "int8,fp16", "--kv-dtype", "float16", "--out", str(out), "--eval-text", str(TINY / "heldout.txt"), "--json"])
+    assert rc == 0
+    m = ModelPackage.open(out).manifest
+    assert [v.id for v in m.variants] == ["int8", "fp16"]
+    for v in m.variants:
+        assert v.generation.kv_dtype == "float16" and v.generation.kv_bytes_per_token == 1024  # half of float32's 2048
+    assert m.variant("fp16").generation.bits == 16 and m.variant("fp16").quality.perplexity_gap <= 0.01
+    with edge_sdk.load(out, "generic-x86_64", variant="int8") as d:
+        assert d.context.kv_bytes == d.max_context * 1024
+        r = d.generate("The with statement", max_new_tokens=8, ignore_eos=True)
+        assert len(r.token_ids) == 8

@@ -85,8 +85,11 @@ class LLMConvertOptions:
     bench_new_tokens: int = 32
     overwrite: bool = False
     prefer: str = "perplexity"  # among int4 candidates that pass: "perplexity" (lowest) or "speed" (lowest measured TPOT)
+    kv_dtype: str = ""  # "" (the compute type), "float32" or "float16" (half the KV bytes per token)
 
     def __post_init__(self) -> None:
+        if self.kv_dtype not in ("", "float32", "float16"):
+            raise LLMConvertError(f"--kv-dtype: expected float32 or float16, got {self.kv_dtype!r}")
         if self.prefer not in ("perplexity", "speed"):
             raise LLMConvertError(f"--prefer: expected perplexity or speed, got {self.prefer!r}")
         bad = [t for t in self.targets if t not in TARGETS]
@@ -168,7 +171,7 @@ def _eval_ids(src: DecoderSource, text: str, n: int) -> list[int]:
 
 def _plan(precision: str, opts: LLMConvertOptions, method: str = "rtn", overrides: Mapping[str, int] | None = None, hessians: Any = None) -> VariantPlan:
     if precision in ("fp32", "fp16"):
-        return VariantPlan(precision=precision)
+        return VariantPlan(precision=precision, kv_dtype=opts.kv_dtype if precision == "fp32" else "")
     return VariantPlan(
         precision=precision,
         block_size=opts.block_size,
@@ -176,6 +179,7 @@ def _plan(precision: str, opts: LLMConvertOptions, method: str = "rtn", override
         method=method,
         overrides=dict(overrides or {}),
         hessians=hessians,
+        kv_dtype=opts.kv_dtype,
     )
 
 
@@ -353,7 +357,7 @@ def convert_llm(source: str | os.PathLike[str], out: str | os.PathLike[str], opt
     }  # fmt: skip
     try:
         t0 = time.perf_counter()
-        ref, _ = _measure(src, _plan("fp32", opts), work, ids, opts, None, None)
+        ref, _ = _measure(src, VariantPlan(precision="fp32"), work, ids, opts, None, None)  # float32 KV: the reference
         _log(log, f"  {'fp32 (reference)':22s} perplexity {ref.perplexity:8.3f} over {ref.positions} positions [{time.perf_counter() - t0:.1f} s]")
         report["reference_perplexity"] = ref.perplexity
         chosen: dict[str, Candidate] = {}
