@@ -456,3 +456,29 @@ def test_fp16_variant_and_float16_kv(tmp_path: Path) -> None:
         assert d.context.kv_bytes == d.max_context * 1024
         r = d.generate("The with statement", max_new_tokens=8, ignore_eos=True)
         assert len(r.token_ids) == 8
+
+
+def test_gate_failure_is_left_out_or_kept_marked_with_force(tmp_path: Path) -> None:
+    from converters.cli import main as convert_main
+
+    common = ["llm", str(TINY), "--eval-text", str(TINY / "heldout.txt"), "--int4-methods", "rtn", "--mixed", "never", "--no-timing", "--json"]
+    # an impossible int4 gate: int4 is left out, int8 stays
+    out = tmp_path / "a"
+    assert convert_main([*common, "--to", "int4,int8", "--gate", "int4=0", "--out", str(out)]) == 0
+    assert [v.id for v in ModelPackage.open(out).manifest.variants] == ["int8"]
+    # --force keeps it, marked; selection passes it over unless it is asked for by id
+    out = tmp_path / "b"
+    assert convert_main([*common, "--to", "int4,int8", "--gate", "int4=0", "--force", "--out", str(out)]) == 0
+    v = ModelPackage.open(out).manifest.variant("int4")
+    assert v.gate is not None and not v.gate.passed and v.gate.forced and "perplexity_gap" in v.gate.failures[0]
+    with edge_sdk.load(out, "generic-x86_64") as m:
+        assert m.variant.id == "int8" and "failed its quality gate" in m.selection.explain()
+    with edge_sdk.load(out, "generic-x86_64", variant="int4") as m:
+        assert m.variant.id == "int4"
+    # nothing passes and nothing is forced: a typed error, nothing written
+    from converters.llm.spec import LLMConvertError
+    from converters.llm.convert import LLMConvertOptions, convert_llm
+
+    with pytest.raises(LLMConvertError, match="no variant passed its quality gate"):
+        convert_llm(TINY, tmp_path / "c", LLMConvertOptions(targets=("int4",), int4_methods=("rtn",), mixed="never", gates={"int4": 0.0}, timing=False, eval_text=(TINY / "heldout.txt").read_text()))
+    assert not (tmp_path / "c" / "edge-model.toml").exists()

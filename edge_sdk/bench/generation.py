@@ -52,7 +52,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from ..errors import ContextBudgetError, GenerationError, MissingDependencyError, OptionsError, PromptError
+from ..backends.genai import require_genai as _require_genai
+from ..errors import ContextBudgetError, GenerationError, OptionsError, PromptError
 from .options import BenchError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -266,13 +267,9 @@ def make_prompt(model: "DecoderModel", prompt_tokens: int, seed: int, text: str 
 
 
 def require_genai(purpose: str = "--vs-raw on a text-generation package") -> Any:
-    """The ``onnxruntime_genai`` module, or MissingDependencyError naming the pip command."""
-    import importlib
-
-    try:
-        return importlib.import_module("onnxruntime_genai")  # untyped, optional: Any on purpose
-    except ImportError as e:
-        raise MissingDependencyError(f"{purpose} compares with onnxruntime-genai, which is not installed: {GENAI_INSTALL}") from e
+    """The ``onnxruntime_genai`` module (imported behind the backend seam, :mod:`edge_sdk.backends.genai`),
+    or MissingDependencyError naming the pip command."""
+    return _require_genai(purpose, GENAI_INSTALL)
 
 
 def genai_config(pkg: "ModelPackage", variant: "Variant", threads: int, max_length: int, eos_token_id: int) -> dict[str, Any]:
