@@ -116,6 +116,23 @@ def determinism_settings(options: SessionOptions, providers: tuple[str, ...], le
     return tuple(out)
 
 
+def base_session_options(ort: Any, options: SessionOptions) -> Any:
+    """An ``onnxruntime.SessionOptions`` with this SDK's settings from ``options``: intra-op threads,
+    one inter-op thread, sequential execution, spinning on or off, warnings silenced, and
+    ``use_deterministic_compute`` in deterministic mode."""
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = options.threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    spin = "1" if options.allow_spinning else "0"
+    so.add_session_config_entry("session.intra_op.allow_spinning", spin)
+    so.add_session_config_entry("session.inter_op.allow_spinning", spin)
+    so.log_severity_level = 3
+    if options.deterministic:
+        so.use_deterministic_compute = True
+    return so
+
+
 class OrtSession(Session):
     def __init__(self, model: ModelSource, options: SessionOptions) -> None:
         super().__init__()
@@ -123,16 +140,8 @@ class OrtSession(Session):
         t0 = time.perf_counter()
         providers, choice_notes = choose_providers(options.providers, tuple(ort.get_available_providers()))
         notes = list(choice_notes)
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = options.threads
-        so.inter_op_num_threads = 1
-        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        spin = "1" if options.allow_spinning else "0"
-        so.add_session_config_entry("session.intra_op.allow_spinning", spin)
-        so.add_session_config_entry("session.inter_op.allow_spinning", spin)
-        so.log_severity_level = 3
+        so = base_session_options(ort, options)
         if options.deterministic:
-            so.use_deterministic_compute = True
             if "TensorrtExecutionProvider" in providers:
                 notes.append("deterministic: TensorRT picks kernels by timing when it builds an engine; results repeat once its engine cache holds the engine")
 

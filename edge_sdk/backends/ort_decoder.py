@@ -29,11 +29,10 @@ import numpy as np
 
 from ..errors import GenerationError, SessionError
 from .base import SessionInfo, SessionOptions
-from .ort import _ort, choose_providers, determinism_settings
+from .ort import _LEVELS, _ort, base_session_options, choose_providers, determinism_settings
 
 __all__ = ["DecoderShape", "OrtDecoderSession"]
 
-_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
 _KV_NP = {"float32": np.float32, "float16": np.float16}
 
 
@@ -68,17 +67,8 @@ class OrtDecoderSession:
             raise GenerationError(f"max_len: expected >= 1 token, got {max_len}")
         t0 = time.perf_counter()
         providers, notes = choose_providers(options.providers, tuple(ort.get_available_providers()))
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = options.threads
-        so.inter_op_num_threads = 1
-        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        spin = "1" if options.allow_spinning else "0"
-        so.add_session_config_entry("session.intra_op.allow_spinning", spin)
-        so.add_session_config_entry("session.inter_op.allow_spinning", spin)
-        so.log_severity_level = 3
+        so = base_session_options(ort, options)
         so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[options.graph_optimization])
-        if options.deterministic:
-            so.use_deterministic_compute = True
         try:
             self._sess: Any = ort.InferenceSession(model, sess_options=so, providers=list(providers))
         except Exception as e:  # onnxruntime raises its own pybind exception types
