@@ -482,3 +482,30 @@ def test_gate_failure_is_left_out_or_kept_marked_with_force(tmp_path: Path) -> N
     with pytest.raises(LLMConvertError, match="no variant passed its quality gate"):
         convert_llm(TINY, tmp_path / "c", LLMConvertOptions(targets=("int4",), int4_methods=("rtn",), mixed="never", gates={"int4": 0.0}, timing=False, eval_text=(TINY / "heldout.txt").read_text()))
     assert not (tmp_path / "c" / "edge-model.toml").exists()
+
+
+def test_a_decoder_package_is_signed_installed_and_health_checked_by_the_store(tiny_llm_package: Path, tmp_path: Path) -> None:
+    """The same store as every model: signature over the manifest (which holds the tokenizer's and the
+    template's digests), health check in a child process (greedy tokens), then loadable from the store."""
+    import shutil
+
+    from edge_sdk.store import ModelStore, StoreConfig, generate_keypair, sign_package
+
+    priv, pub = generate_keypair()
+    store = ModelStore(tmp_path / "store", StoreConfig(require_signatures=True, trusted_keys=(pub,), health_start_method="fork", health_timeout_s=120.0))
+    good = tmp_path / "good"
+    shutil.copytree(tiny_llm_package, good)
+    sign_package(good, priv)
+    r = store.install(good)
+    assert r.ok and r.health is not None and r.health.ok, r
+    active = store.active_path(ModelPackage.open(good).manifest.name)
+    assert active is not None
+    with edge_sdk.load(active, "generic-x86_64") as m:
+        assert len(m.generate("The with statement", max_new_tokens=3, ignore_eos=True).token_ids) == 3
+    # a tokenizer swapped after signing: its digest no longer matches the signed manifest
+    bad = tmp_path / "bad"
+    shutil.copytree(tiny_llm_package, bad)
+    sign_package(bad, priv)
+    (bad / "tokenizer.json").write_text((bad / "tokenizer.json").read_text().replace('"<|im_end|>"', '"<|im_fin|>"'))
+    r = store.install(bad)
+    assert not r.ok and "tokenizer" in r.reason
