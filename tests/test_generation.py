@@ -509,3 +509,23 @@ def test_a_decoder_package_is_signed_installed_and_health_checked_by_the_store(t
     (bad / "tokenizer.json").write_text((bad / "tokenizer.json").read_text().replace('"<|im_end|>"', '"<|im_fin|>"'))
     r = store.install(bad)
     assert not r.ok and "tokenizer" in r.reason
+
+
+def test_one_sequence_per_model_abandoned_stream_and_two_threads(model: Any) -> None:
+    from edge_sdk.errors import GenerationError
+
+    s = model.stream("The with statement", max_new_tokens=50, ignore_eos=True)
+    next(s)  # open, suspended in this thread
+    with pytest.raises(GenerationError, match="still open in this thread"):
+        model.generate("x", max_new_tokens=2)
+    s.close()  # releases the model
+    assert len(model.generate("x", max_new_tokens=2, ignore_eos=True).token_ids) == 2
+    # two threads: the second waits for the first; both get their full, correct answers
+    want = model.generate("The with statement", max_new_tokens=12, ignore_eos=True).token_ids
+    got: list[Any] = []
+    ts = [threading.Thread(target=lambda: got.append(model.generate("The with statement", max_new_tokens=12, ignore_eos=True).token_ids)) for _ in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    assert got == [want, want]

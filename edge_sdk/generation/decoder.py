@@ -169,6 +169,7 @@ class DecoderModel:
         self.deterministic = deterministic
         self._sess: OrtDecoderSession | None = session
         self._lock = threading.Lock()
+        self._owner: int | None = None  # the thread whose generation holds the KV buffer
         self._governor: Any = None
         self._pace_tps: float | None = None
         self._poll_s = 0.05
@@ -436,7 +437,16 @@ class DecoderModel:
         cancel: threading.Event,
         t0: float,
     ) -> Iterator[str]:
-        with self._lock:
+        if not self._lock.acquire(blocking=False):
+            if self._owner == threading.get_ident():
+                # The open stream is suspended in this very thread: waiting for it would wait for ever.
+                raise GenerationError(
+                    f"model {self.package.manifest.name}: a stream of this model is still open in this thread (one sequence per "
+                    f"model); iterate it to the end or call its close() first"
+                )
+            self._lock.acquire()  # another thread's generation: wait for it
+        self._owner = threading.get_ident()
+        try:
             sess = self._sess
             if sess is None:
                 raise SessionClosedError(f"model {self.package.manifest.name} is closed")
@@ -452,6 +462,9 @@ class DecoderModel:
             finally:
                 if tm is not None:
                     tm.kv_bytes_in_use = 0
+        finally:
+            self._owner = None
+            self._lock.release()
 
     def _loop(
         self,
