@@ -228,11 +228,16 @@ def _governor() -> Any:
     return gov, SensorSnapshot
 
 
-def test_governor_critical_pauses_and_constrained_paces(model: Any) -> None:
+def test_governor_critical_pauses_and_constrained_paces(model: Any, tmp_path: Path) -> None:
     gov, Snap = _governor()
+    from edge_sdk.telemetry import EventLog
+
     detach = model.attach_governor(gov, constrained_tokens_per_s=40.0, poll_s=0.01)
     seen = []
     unsub = model.subscribe(seen.append)
+    log_path = tmp_path / "events.jsonl"
+    log = EventLog(log_path)
+    log.watch(model)
     try:
         assert gov.step(Snap(0.0, 90.0)).value == "critical"
 
@@ -249,6 +254,9 @@ def test_governor_critical_pauses_and_constrained_paces(model: Any) -> None:
         assert kinds[:2] == ["pause", "resume"] and r.finish_reason == "length" and len(r.token_ids) == 6
         assert r.timings.paused_ms >= 250
         assert [e.kind for e in seen] == kinds
+        logged = [json.loads(ln) for ln in log_path.read_text().splitlines()]
+        assert [(r["source"], r["kind"]) for r in logged] == [("generation", k) for k in kinds]
+        assert logged[0]["provenance"]["variant"] == "fp32" and logged[0]["state"] == "critical"
         # CONSTRAINED: 10 tokens at 40/s take at least 9/40 s
         assert gov.step(Snap(3.0, 75.0)).value == "constrained"
         r = model.generate("The with statement", max_new_tokens=10, ignore_eos=True)
@@ -258,6 +266,7 @@ def test_governor_critical_pauses_and_constrained_paces(model: Any) -> None:
     finally:
         detach()
         unsub()
+        log.close()
     r = model.generate("The with statement", max_new_tokens=10, ignore_eos=True)
     assert r.events == () and r.timings.paused_ms == 0
 

@@ -275,6 +275,15 @@ class DecoderModel:
         self._listeners.append(callback)
         return lambda: self._listeners.remove(callback) if callback in self._listeners else None
 
+    def watch_events(self, emit: Callable[..., Any], *, name: str | None = None, models: Any = None) -> Callable[[], None]:
+        """``EventLog.watch``: each governor action on a generation ("pace", "pause", "resume") as a
+        "generation" event with this model's provenance; returns the unsubscribe."""
+
+        def on_event(e: GenerationEvent) -> None:
+            emit("generation", e.kind, provenance=self.provenance, state=e.state, token=e.token, t_ms=round(e.t_ms, 3), detail=e.detail)
+
+        return self.subscribe(on_event)
+
     def telemetry(self) -> dict[str, Any] | None:
         """The generation figures so far (None when loaded with telemetry=False)."""
         return None if self._tm is None else self._tm.snapshot()

@@ -41,7 +41,7 @@ class EventSource(Protocol):
 class EventLog:
     """JSON-lines events: one object per line, to ``path`` (appended, flushed per line) and/or
     ``callback(record)`` (the same dict). Every record has ``time`` (ISO 8601 UTC), ``unix_s``,
-    ``source`` (governor | router | pipeline | model), ``kind`` and what the source says, and
+    ``source`` (governor | router | pipeline | model | generation | ...), ``kind`` and what the source says, and
     ``provenance`` (the model concerned) or, for governor events, ``models`` (every model open).
 
     What it logs: :meth:`watch` a Governor (every event: transitions, applied, undone, skipped,
