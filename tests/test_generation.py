@@ -485,8 +485,8 @@ def test_gate_failure_is_left_out_or_kept_marked_with_force(tmp_path: Path) -> N
     with edge_sdk.load(out, "generic-x86_64", variant="int4") as m:
         assert m.variant.id == "int4"
     # nothing passes and nothing is forced: a typed error, nothing written
-    from converters.llm.spec import LLMConvertError
     from converters.llm.convert import LLMConvertOptions, convert_llm
+    from converters.llm.spec import LLMConvertError
 
     with pytest.raises(LLMConvertError, match="no variant passed its quality gate"):
         convert_llm(TINY, tmp_path / "c", LLMConvertOptions(targets=("int4",), int4_methods=("rtn",), mixed="never", gates={"int4": 0.0}, timing=False, eval_text=(TINY / "heldout.txt").read_text()))
