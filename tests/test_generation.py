@@ -538,3 +538,11 @@ def test_one_sequence_per_model_abandoned_stream_and_two_threads(model: Any) -> 
     for t in ts:
         t.join(60)
     assert got == [want, want]
+
+
+def test_repetition_penalty_reaches_the_sampler_through_the_loop(model: Any) -> None:
+    plain = model.generate("The with statement", max_new_tokens=30, ignore_eos=True)
+    pen = model.generate("The with statement", max_new_tokens=30, ignore_eos=True, repetition_penalty=1.8)
+    assert pen.token_ids != plain.token_ids  # greedy both: only the penalty differs
+    assert len(set(pen.token_ids)) >= len(set(plain.token_ids))  # fewer repeats, not more
+    assert model.generate("The with statement", max_new_tokens=30, ignore_eos=True, repetition_penalty=1.8).token_ids == pen.token_ids

@@ -133,6 +133,30 @@ def base_session_options(ort: Any, options: SessionOptions) -> Any:
     return so
 
 
+def provider_args(providers: tuple[str, ...], options: SessionOptions) -> list[tuple[str, dict[str, str]]]:
+    """``providers`` with the options this SDK sets for each (the ``providers=`` of an InferenceSession)."""
+    return [(p, _provider_options(p, options)) for p in providers]
+
+
+def session_info(ort: Any, sess: Any, options: SessionOptions, providers: tuple[str, ...], notes: list[str], cache: str, t0: float) -> SessionInfo:
+    """What session ``sess`` (asked for ``providers``) runs on, with a note for each provider ONNX Runtime
+    fell back from; ``t0``: ``perf_counter`` when its creation began."""
+    used = tuple(sess.get_providers())
+    notes = notes + [f"{p} could not be initialised; onnxruntime fell back to {used[0]}" for p in providers if p not in used]
+    return SessionInfo(
+        backend=NAME,
+        runtime="onnxruntime",
+        runtime_version=ort.__version__,
+        threads=options.threads,
+        providers_requested=tuple(options.providers),
+        providers_used=used,
+        notes=tuple(notes),
+        optimized_cache=cache,
+        create_ms=(time.perf_counter() - t0) * 1e3,
+        determinism=determinism_settings(options, used, options.graph_optimization),
+    )
+
+
 class OrtSession(Session):
     def __init__(self, model: ModelSource, options: SessionOptions) -> None:
         super().__init__()
@@ -173,7 +197,7 @@ class OrtSession(Session):
                 cached_state = f"written {cache_file}"
         so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[level])
 
-        prov_arg = [(p, _provider_options(p, options)) for p in providers]
+        prov_arg = provider_args(providers, options)
         try:
             self._sess: Any = ort.InferenceSession(source, sess_options=so, providers=prov_arg)
         except Exception as e:  # onnxruntime raises its own pybind exception types
@@ -207,22 +231,7 @@ class OrtSession(Session):
         self._out_names = [o.name for o in self._sess.get_outputs()]
         self.inputs = tuple(_info(i) for i in self._sess.get_inputs())
         self.outputs = tuple(_info(o) for o in self._sess.get_outputs())
-        used = tuple(self._sess.get_providers())
-        for p in providers:
-            if p not in used:
-                notes.append(f"{p} could not be initialised; onnxruntime fell back to {used[0]}")
-        self.info = SessionInfo(
-            backend=NAME,
-            runtime="onnxruntime",
-            runtime_version=ort.__version__,
-            threads=options.threads,
-            providers_requested=tuple(options.providers),
-            providers_used=used,
-            notes=tuple(notes),
-            optimized_cache=cached_state,
-            create_ms=(time.perf_counter() - t0) * 1e3,
-            determinism=determinism_settings(options, used, options.graph_optimization),
-        )
+        self.info = session_info(ort, self._sess, options, providers, notes, cached_state, t0)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         sess = self._sess

@@ -28,8 +28,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import GenerationError, SessionError
-from .base import SessionInfo, SessionOptions
-from .ort import _LEVELS, _ort, base_session_options, choose_providers, determinism_settings
+from .base import SessionOptions
+from .ort import _LEVELS, _ort, base_session_options, choose_providers, provider_args, session_info
 
 __all__ = ["DecoderShape", "OrtDecoderSession"]
 
@@ -70,25 +70,14 @@ class OrtDecoderSession:
         so = base_session_options(ort, options)
         so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[options.graph_optimization])
         try:
-            self._sess: Any = ort.InferenceSession(model, sess_options=so, providers=list(providers))
+            self._sess: Any = ort.InferenceSession(model, sess_options=so, providers=provider_args(providers, options))
         except Exception as e:  # onnxruntime raises its own pybind exception types
             raise SessionError(f"onnxruntime could not load the decoder model: {e}") from e
         self.shape = shape
         self.max_len = int(max_len)
         self._check_signature()
-        used = tuple(self._sess.get_providers())
-        self.info = SessionInfo(
-            backend="onnxruntime",
-            runtime="onnxruntime",
-            runtime_version=ort.__version__,
-            threads=options.threads,
-            providers_requested=tuple(options.providers),
-            providers_used=used,
-            notes=tuple(notes),
-            optimized_cache="off (decoder)",
-            create_ms=(time.perf_counter() - t0) * 1e3,
-            determinism=determinism_settings(options, used, options.graph_optimization),
-        )
+        self.info = session_info(ort, self._sess, options, providers, list(notes), "off (decoder)", t0)
+        used = self.info.providers_used
         self.device = "cuda" if used and used[0] == "CUDAExecutionProvider" else "cpu"
         kv_np = _KV_NP[shape.kv_dtype]
         kv_shape = (1, shape.n_kv_heads, self.max_len, shape.head_dim)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from .._listeners import Listeners
 from ..backends.ort_decoder import DecoderShape, OrtDecoderSession
 from ..errors import ContextBudgetError, GenerationError, OptionsError, PromptError, SessionClosedError, TemplateError
 from ..telemetry.core import Provenance, Sample, model_key
@@ -102,6 +103,29 @@ def plan_context(
 _Messages = Sequence[Mapping[str, Any]]
 
 
+@dataclass(frozen=True)
+class _Request:
+    """One generation's checked inputs (made by :meth:`DecoderModel.stream`)."""
+
+    ids: list[int]
+    truncated: int
+    params: SamplingParams
+    matcher: StopMatcher
+    eos: frozenset[int]
+    max_new: int
+    deadline: float | None  # perf_counter seconds, or None
+    cancel: threading.Event
+    t0: float
+
+    def interrupted(self) -> str | None:
+        """"cancelled" or "deadline" when the generation must end now, else None."""
+        if self.cancel.is_set():
+            return "cancelled"
+        if self.deadline is not None and time.perf_counter() >= self.deadline:
+            return "deadline"
+        return None
+
+
 class TextStream:
     """An iterator of text deltas (never half a UTF-8 character); ``result`` once it is exhausted.
 
@@ -173,7 +197,7 @@ class DecoderModel:
         self._governor: Any = None
         self._pace_tps: float | None = None
         self._poll_s = 0.05
-        self._listeners: list[Callable[[GenerationEvent], Any]] = []
+        self._listeners: Listeners[GenerationEvent] = Listeners("generation")
         info = session.info
         self.provenance = Provenance(
             model=pkg.manifest.name,
@@ -272,8 +296,7 @@ class DecoderModel:
 
     def subscribe(self, callback: Callable[[GenerationEvent], Any]) -> Callable[[], None]:
         """Call ``callback(event)`` for each governor action on a generation; returns the unsubscribe."""
-        self._listeners.append(callback)
-        return lambda: self._listeners.remove(callback) if callback in self._listeners else None
+        return self._listeners.add(callback)
 
     def watch_events(self, emit: Callable[..., Any], *, name: str | None = None, models: Any = None) -> Callable[[], None]:
         """``EventLog.watch``: each governor action on a generation ("pace", "pause", "resume") as a
@@ -386,34 +409,30 @@ class DecoderModel:
             truncated = len(ids) + max_new_tokens - cap
             ids = ids[truncated:]
         ev = cancel if cancel is not None else threading.Event()
+        eos = (frozenset() if ignore_eos else self.eos_ids) | frozenset(stop_token_ids)
+        req = _Request(ids, truncated, params, matcher, eos, max_new_tokens, None if deadline_s is None else t0 + deadline_s, ev, t0)
         stream = TextStream(iter(()), ev)
-        eos = frozenset() if ignore_eos else self.eos_ids
-        stream._gen = self._run(stream, ids, truncated, params, matcher, eos | frozenset(stop_token_ids), max_new_tokens, deadline_s, ev, t0)
+        stream._gen = self._run(stream, req)
         return stream
 
     def _emit(self, events: list[GenerationEvent], kind: str, t0: float, n: int, state: str, detail: str) -> None:
         e = GenerationEvent(kind, (time.perf_counter() - t0) * 1e3, n, state, detail)
         events.append(e)
-        for cb in list(self._listeners):
-            try:
-                cb(e)
-            except Exception:  # a listener's bug must not break the generation
-                pass
+        self._listeners.emit(e)  # a listener that raises is logged, never breaks the generation
 
-    def _govern(self, events: list[GenerationEvent], t0: float, n: int, last_token_t: float, cancel: threading.Event, deadline: float | None, mode: list[str]) -> float:
+    def _govern(self, events: list[GenerationEvent], req: _Request, n: int, last_token_t: float, mode: list[str]) -> float:
         """Between tokens: act on the governor's state. Returns the seconds held."""
         gov = self._governor
         if gov is None:
             return 0.0
+        t0 = req.t0
         state = getattr(getattr(gov, "state", None), "value", "normal")
         held = 0.0
         if state == "critical":
             self._emit(events, "pause", t0, n, state, "governor CRITICAL: stream paused between tokens")
             mode[0] = "paused"
             ts = time.perf_counter()
-            while getattr(gov.state, "value", "normal") == "critical" and not cancel.is_set():
-                if deadline is not None and time.perf_counter() >= deadline:
-                    break
+            while getattr(gov.state, "value", "normal") == "critical" and req.interrupted() is None:
                 time.sleep(self._poll_s)
             held = time.perf_counter() - ts
             now_state = getattr(gov.state, "value", "normal")
@@ -433,19 +452,7 @@ class DecoderModel:
             mode[0] = ""
         return held
 
-    def _run(
-        self,
-        stream: TextStream,
-        ids: list[int],
-        truncated: int,
-        params: SamplingParams,
-        matcher: StopMatcher,
-        eos: frozenset[int],
-        max_new: int,
-        deadline_s: float | None,
-        cancel: threading.Event,
-        t0: float,
-    ) -> Iterator[str]:
+    def _run(self, stream: TextStream, req: _Request) -> Iterator[str]:
         if not self._lock.acquire(blocking=False):
             if self._owner == threading.get_ident():
                 # The open stream is suspended in this very thread: waiting for it would wait for ever.
@@ -461,7 +468,7 @@ class DecoderModel:
                 raise SessionClosedError(f"model {self.package.manifest.name} is closed")
             tm = self._tm
             try:
-                yield from self._loop(stream, sess, ids, truncated, params, matcher, eos, max_new, deadline_s, cancel, t0)
+                yield from self._loop(stream, sess, req)
             except GeneratorExit:
                 raise
             except BaseException as e:
@@ -475,25 +482,13 @@ class DecoderModel:
             self._owner = None
             self._lock.release()
 
-    def _loop(
-        self,
-        stream: TextStream,
-        sess: OrtDecoderSession,
-        ids: list[int],
-        truncated: int,
-        params: SamplingParams,
-        matcher: StopMatcher,
-        eos: frozenset[int],
-        max_new: int,
-        deadline_s: float | None,
-        cancel: threading.Event,
-        t0: float,
-    ) -> Iterator[str]:
-        deadline = None if deadline_s is None else t0 + deadline_s
+    def _loop(self, stream: TextStream, sess: OrtDecoderSession, req: _Request) -> Iterator[str]:
+        ids, params, matcher, eos, max_new, t0 = req.ids, req.params, req.matcher, req.eos, req.max_new, req.t0
         sampler = Sampler(params, self.spec.vocab_size)
-        use_history = params.repetition_penalty != 1.0
-        history = np.empty(len(ids) + max_new, dtype=np.int64)
-        history[: len(ids)] = ids
+        # the repetition penalty's view of the tokens so far (kept only when there is a penalty)
+        history = np.empty(len(ids) + max_new, dtype=np.int64) if params.repetition_penalty != 1.0 else None
+        if history is not None:
+            history[: len(ids)] = ids
         detok = IncrementalDetokenizer(self.tokenizer, prompt_ids=ids[-8:], skip_special_tokens=True)
         events: list[GenerationEvent] = []
         sess.reset()
@@ -514,7 +509,7 @@ class DecoderModel:
         tm = self._tm
         per_tok = sess.shape.kv_bytes_per_token
         while True:
-            tok = sampler.sample(logits, history[: len(ids) + len(out)] if use_history else ())
+            tok = sampler.sample(logits, history[: len(ids) + len(out)] if history is not None else ())
             now = time.perf_counter()
             if not out and t_first == 0.0:
                 t_first = now
@@ -523,7 +518,8 @@ class DecoderModel:
                 finish, stop_what = "stop", tok
                 break
             out.append(tok)
-            history[len(ids) + len(out) - 1] = tok
+            if history is not None:
+                history[len(ids) + len(out) - 1] = tok
             text, stopped = matcher.feed(detok.push(tok))
             if text:
                 yield text
@@ -532,26 +528,19 @@ class DecoderModel:
                 break
             if len(out) >= max_new:
                 break
-            if cancel.is_set():
-                finish = "cancelled"
+            why = req.interrupted()
+            if why is None and self._governor is not None:
+                held += self._govern(events, req, len(out), t_last, mode)
+                why = req.interrupted()
+            if why is not None:
+                finish = why
                 break
-            if deadline is not None and time.perf_counter() >= deadline:
-                finish = "deadline"
-                break
-            if self._governor is not None:
-                held += self._govern(events, t0, len(out), t_last, cancel, deadline, mode)
-                if cancel.is_set():
-                    finish = "cancelled"
-                    break
-                if deadline is not None and time.perf_counter() >= deadline:
-                    finish = "deadline"
-                    break
             td = time.perf_counter()
             logits = sess.step(tok)
             decode_s += time.perf_counter() - td
             if tm is not None:
                 tm.kv_bytes_in_use = sess.position * per_tok
-        if finish != "stop" or stop_what is None or isinstance(stop_what, int):
+        if not isinstance(stop_what, str):  # a matched stop string ends the text; anything held back before it is dropped
             text = matcher.flush(detok.flush())
             if text:
                 yield text
@@ -572,7 +561,7 @@ class DecoderModel:
             text=full_text,
             token_ids=tuple(out),
             finish_reason=finish,
-            usage=Usage(len(ids), n, truncated),
+            usage=Usage(len(ids), n, req.truncated),
             timings=timings,
             provenance=self.provenance,
             stop=stop_what,

@@ -39,8 +39,9 @@ from datetime import datetime
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
-from ..errors import MissingDependencyError, OptionsError, PromptError, TemplateError
-from .text import GENERATE_EXTRA, validate_prompt
+from .._deps import require_jinja2
+from ..errors import OptionsError, PromptError, TemplateError
+from .text import validate_prompt
 
 if TYPE_CHECKING:
     import jinja2
@@ -168,11 +169,7 @@ def _tojson(x: Any, ensure_ascii: bool = False, indent: int | str | None = None,
 
 
 def _require_jinja2() -> Any:
-    try:
-        import jinja2
-    except ImportError as e:
-        raise MissingDependencyError(f"Chat templates need the 'jinja2' package: {GENERATE_EXTRA}") from e
-    return jinja2
+    return require_jinja2("Chat templates")
 
 
 @lru_cache(maxsize=1)

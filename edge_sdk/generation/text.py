@@ -17,7 +17,8 @@ import os
 import re
 from typing import TYPE_CHECKING, Iterable, Sequence
 
-from ..errors import MissingDependencyError, OptionsError, OptionsTypeError, PromptError, TokenizerError
+from .._deps import GENERATE, require_tokenizers
+from ..errors import OptionsError, OptionsTypeError, PromptError, TokenizerError
 
 if TYPE_CHECKING:
     import tokenizers
@@ -25,17 +26,9 @@ if TYPE_CHECKING:
 __all__ = ["GENERATE_EXTRA", "Tokenizer", "IncrementalDetokenizer", "StopMatcher", "validate_prompt"]
 
 #: What to install for the generative path's optional dependencies.
-GENERATE_EXTRA = "pip install 'edge-sdk[generate]' (tokenizers, jinja2)"
+GENERATE_EXTRA = GENERATE
 
 _REPLACEMENT = "\ufffd"
-
-
-def _require_tokenizers(purpose: str) -> object:
-    try:
-        import tokenizers
-    except ImportError as e:
-        raise MissingDependencyError(f"{purpose} needs the 'tokenizers' package: {GENERATE_EXTRA}") from e
-    return tokenizers
 
 
 # --- tokenizer -------------------------------------------------------------------------------------------------
@@ -51,7 +44,7 @@ class Tokenizer:
     def __init__(self, json_text: str) -> None:
         if not isinstance(json_text, str):
             raise TokenizerError(f"tokenizer: expected the tokenizer.json text as str, got {type(json_text).__name__}")
-        _require_tokenizers("Loading a tokenizer")
+        require_tokenizers("Loading a tokenizer")
         import tokenizers
 
         try:

@@ -126,9 +126,10 @@ class ModelPackage:
         for what, ref in self._generation_refs():
             verify_file(self.root, ref, what)
 
-    def read_text_verified(self, ref: FileRef, what: str) -> str:
-        """A package text file (tokenizer, chat template) read once and checked against its size and
-        sha256 as read (IntegrityError if they differ, or if it is not UTF-8)."""
+    def read_checked(self, ref: FileRef, what: str) -> bytes:
+        """The bytes of package file ``ref`` read once and checked against its size and sha256 as read
+        (IntegrityError naming ``what`` if it is missing or they differ): what the caller uses is
+        what was verified."""
         path = contained(self.root, ref.file, what)
         if not path.is_file():
             raise IntegrityError(f"{what}: file {ref.file!r} is missing from the package")
@@ -136,25 +137,22 @@ class ModelPackage:
         got = hashlib.sha256(data).hexdigest()
         if len(data) != ref.size or got != ref.sha256:
             raise IntegrityError(f"{what}: {ref.file} is {len(data)} bytes with sha256 {got}, manifest says {ref.size} bytes, {ref.sha256}")
+        return data
+
+    def read_text_verified(self, ref: FileRef, what: str) -> str:
+        """A package text file (tokenizer, chat template) by :meth:`read_checked`, decoded as UTF-8
+        (IntegrityError if it is not)."""
+        data = self.read_checked(ref, what)
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError as e:
             raise IntegrityError(f"{what}: {ref.file} is not UTF-8 text: {e}") from e
 
     def read_reference_stats(self) -> bytes | None:
-        """The bytes of the ``[reference_stats]`` file, checked against its size and sha256 as read
-        (IntegrityError if they differ), or None when the manifest has none."""
+        """The bytes of the ``[reference_stats]`` file by :meth:`read_checked`, or None when the
+        manifest has none."""
         rs = self.manifest.reference_stats
-        if rs is None:
-            return None
-        path = contained(self.root, rs.file, "reference stats")
-        if not path.is_file():
-            raise IntegrityError(f"reference stats: file {rs.file!r} is missing from the package")
-        data = path.read_bytes()
-        got = hashlib.sha256(data).hexdigest()
-        if len(data) != rs.size or got != rs.sha256:
-            raise IntegrityError(f"reference stats: {rs.file} is {len(data)} bytes with sha256 {got}, manifest says {rs.size} bytes, {rs.sha256}")
-        return data
+        return None if rs is None else self.read_checked(FileRef(rs.file, rs.sha256, rs.size), "reference stats")
 
     def _check_model_bytes(self, v: Variant, data: Buffer) -> None:
         if (v.id, v.sha256) in self._format_checked:
