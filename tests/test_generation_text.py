@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tools.fixtures.gguf_writer import bytes_to_unicode
+
 pytest.importorskip("tokenizers")
 from tokenizers import Tokenizer as HFTokenizer  # noqa: E402
 from tokenizers import decoders, models, pre_tokenizers, trainers  # noqa: E402
@@ -50,16 +52,8 @@ def tok() -> Tokenizer:
 
 
 def _byte_to_unicode() -> dict[int, str]:
-    """GPT-2's byte -> printable char table (the ByteLevel pre-tokenizer's alphabet)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
+    """GPT-2's byte -> printable character table (the ByteLevel pre-tokenizer's alphabet)."""
+    return bytes_to_unicode()
 
 
 def byte_id(tok: Tokenizer, b: int) -> int:

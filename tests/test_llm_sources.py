@@ -21,6 +21,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from converters.llm.sources import (
     GGUFHeader,
     expected_shape,
+    hf_tensor_name,
     permute_qk,
     read_gguf,
     read_gguf_header,
@@ -566,28 +567,7 @@ def _hf_config(cfg: DecoderConfig, **over: Any) -> dict[str, Any]:
     return doc
 
 
-_HF_NAMES = {
-    "attn_norm": "input_layernorm.weight",
-    "q": "self_attn.q_proj.weight",
-    "k": "self_attn.k_proj.weight",
-    "v": "self_attn.v_proj.weight",
-    "o": "self_attn.o_proj.weight",
-    "q_bias": "self_attn.q_proj.bias",
-    "k_bias": "self_attn.k_proj.bias",
-    "v_bias": "self_attn.v_proj.bias",
-    "ffn_norm": "post_attention_layernorm.weight",
-    "gate": "mlp.gate_proj.weight",
-    "up": "mlp.up_proj.weight",
-    "down": "mlp.down_proj.weight",
-}
-
-
-def hf_name(canonical: str) -> str:
-    top = {"embed": "model.embed_tokens.weight", "norm": "model.norm.weight", "lm_head": "lm_head.weight"}
-    if canonical in top:
-        return top[canonical]
-    _, i, part = canonical.split(".")
-    return f"model.layers.{i}.{_HF_NAMES[part]}"
+hf_name = hf_tensor_name
 
 
 def write_raw_safetensors(path: Path, tensors: dict[str, tuple[str, tuple[int, ...], bytes]], *, header_extra: str = "") -> None:

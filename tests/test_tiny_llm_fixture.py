@@ -22,6 +22,8 @@ from safetensors import safe_open
 from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
+from tools.fixtures.gguf_writer import bytes_to_unicode
+
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tools" / "fixtures" / "tiny_llm"
 HASHED = {
@@ -56,16 +58,8 @@ def tok() -> Tokenizer:
 
 
 def _byte_decoder() -> dict[str, int]:
-    """Inverse of GPT-2's bytes_to_unicode, the printable-character alphabet ByteLevel uses."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
+    """Inverse of GPT-2's byte -> printable character table (the ByteLevel alphabet)."""
+    return {c: b for b, c in bytes_to_unicode().items()}
 
 
 # ------------------------------------------------------------------------------------------ files

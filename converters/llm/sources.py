@@ -56,6 +56,8 @@ __all__ = [
     "MAX_CONTEXT_LENGTH",
     "MAX_SAFETENSORS_HEADER",
     "expected_shape",
+    "gguf_tensor_name",
+    "hf_tensor_name",
     "permute_qk",
     "read_gguf",
     "read_gguf_header",
@@ -413,54 +415,43 @@ def expected_shape(cfg: DecoderConfig, name: str) -> tuple[int, ...]:
     return shapes[m.group(2)]
 
 
-def _gguf_name(canonical: str) -> str:
-    if canonical == "embed":
-        return "token_embd.weight"
-    if canonical == "norm":
-        return "output_norm.weight"
-    if canonical == "lm_head":
-        return "output.weight"
-    _, i, part = canonical.split(".")
-    gguf_part = {
-        "attn_norm": "attn_norm.weight",
-        "q": "attn_q.weight",
-        "k": "attn_k.weight",
-        "v": "attn_v.weight",
-        "o": "attn_output.weight",
-        "q_bias": "attn_q.bias",
-        "k_bias": "attn_k.bias",
-        "v_bias": "attn_v.bias",
-        "ffn_norm": "ffn_norm.weight",
-        "gate": "ffn_gate.weight",
-        "up": "ffn_up.weight",
-        "down": "ffn_down.weight",
-    }[part]
-    return f"blk.{i}.{gguf_part}"
+#: Per-layer canonical part -> (llama.cpp's GGUF tensor name, Hugging Face's), below ``blk.N.`` / ``model.layers.N.``.
+_LAYER_NAMES = {
+    "attn_norm": ("attn_norm.weight", "input_layernorm.weight"),
+    "q": ("attn_q.weight", "self_attn.q_proj.weight"),
+    "k": ("attn_k.weight", "self_attn.k_proj.weight"),
+    "v": ("attn_v.weight", "self_attn.v_proj.weight"),
+    "o": ("attn_output.weight", "self_attn.o_proj.weight"),
+    "q_bias": ("attn_q.bias", "self_attn.q_proj.bias"),
+    "k_bias": ("attn_k.bias", "self_attn.k_proj.bias"),
+    "v_bias": ("attn_v.bias", "self_attn.v_proj.bias"),
+    "ffn_norm": ("ffn_norm.weight", "post_attention_layernorm.weight"),
+    "gate": ("ffn_gate.weight", "mlp.gate_proj.weight"),
+    "up": ("ffn_up.weight", "mlp.up_proj.weight"),
+    "down": ("ffn_down.weight", "mlp.down_proj.weight"),
+}
+_TOP_NAMES = {
+    "embed": ("token_embd.weight", "model.embed_tokens.weight"),
+    "norm": ("output_norm.weight", "model.norm.weight"),
+    "lm_head": ("output.weight", "lm_head.weight"),
+}
 
 
-def _hf_name(canonical: str) -> str:
-    if canonical == "embed":
-        return "model.embed_tokens.weight"
-    if canonical == "norm":
-        return "model.norm.weight"
-    if canonical == "lm_head":
-        return "lm_head.weight"
+def _name(canonical: str, which: int, layer_prefix: str) -> str:
+    if canonical in _TOP_NAMES:
+        return _TOP_NAMES[canonical][which]
     _, i, part = canonical.split(".")
-    hf_part = {
-        "attn_norm": "input_layernorm.weight",
-        "q": "self_attn.q_proj.weight",
-        "k": "self_attn.k_proj.weight",
-        "v": "self_attn.v_proj.weight",
-        "o": "self_attn.o_proj.weight",
-        "q_bias": "self_attn.q_proj.bias",
-        "k_bias": "self_attn.k_proj.bias",
-        "v_bias": "self_attn.v_proj.bias",
-        "ffn_norm": "post_attention_layernorm.weight",
-        "gate": "mlp.gate_proj.weight",
-        "up": "mlp.up_proj.weight",
-        "down": "mlp.down_proj.weight",
-    }[part]
-    return f"model.layers.{i}.{hf_part}"
+    return f"{layer_prefix}{i}.{_LAYER_NAMES[part][which]}"
+
+
+def gguf_tensor_name(canonical: str) -> str:
+    """llama.cpp's GGUF tensor name for a canonical one (``layers.0.q`` -> ``blk.0.attn_q.weight``)."""
+    return _name(canonical, 0, "blk.")
+
+
+def hf_tensor_name(canonical: str) -> str:
+    """Hugging Face's tensor name for a canonical one (``layers.0.q`` -> ``model.layers.0.self_attn.q_proj.weight``)."""
+    return _name(canonical, 1, "model.layers.")
 
 
 # --- GGUF model --------------------------------------------------------------------------------------
@@ -700,7 +691,7 @@ def read_gguf(path: PathLike) -> DecoderSource:
     eos = tuple(dict.fromkeys(i for i in (tok.eos_token_id, tok.eot_token_id) if i is not None))
     cfg = _gguf_config(h, eos, tok)
 
-    wanted = {_gguf_name(n): n for n in tensor_names(cfg)}
+    wanted = {gguf_tensor_name(n): n for n in tensor_names(cfg)}
     unknown = sorted(n for n in h.tensors if n not in wanted)
     if unknown:
         raise UnsupportedModelError(
@@ -1232,7 +1223,7 @@ def read_hf_folder(path: PathLike) -> DecoderSource:
             if name in st:
                 raise SourceFormatError(f"{file}: tensor {name!r}: expected once across the shards, also found in {st[name].file.name}")
             st[name] = t
-    wanted = {_hf_name(n): n for n in tensor_names(cfg)}
+    wanted = {hf_tensor_name(n): n for n in tensor_names(cfg)}
     allowed = set(wanted) | ({"lm_head.weight"} if cfg.tie_embeddings else set())
     unknown = sorted(n for n in st if n not in allowed and not _HF_IGNORED.fullmatch(n))
     if unknown:

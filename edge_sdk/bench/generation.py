@@ -54,7 +54,7 @@ import numpy as np
 
 from ..backends.genai import require_genai as _require_genai
 from ..errors import ContextBudgetError, GenerationError, OptionsError, PromptError
-from .options import BenchError
+from .options import BenchError, named_variants
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..generation.decoder import DecoderModel
@@ -480,20 +480,9 @@ def run_generation_bench(
 
     # -- which variants -------------------------------------------------------------------------------
     statuses = all_backend_status()
-    if opts.all_variants:
-        ids = []
-        for v in manifest.variants:
-            st = statuses.get(v.backend)
-            if st is None or not st.available:
-                warnings.append(f"variant {v.id} skipped: backend {v.backend} is not available here ({st.detail if st else 'unknown'})")
-            else:
-                ids.append(v.id)
-    elif opts.variants:
-        known = [v.id for v in manifest.variants]
-        unknown = [i for i in opts.variants if i not in known]
-        if unknown:
-            raise BenchError(f"variant(s) {unknown} not in package {manifest.name}; it has {known}")
-        ids = list(dict.fromkeys(opts.variants))
+    chosen = named_variants(manifest, statuses, opts.all_variants, opts.variants, warnings)
+    if chosen is not None:
+        ids = chosen
     else:
         with load_decoder(pkg, detection.profile, base) as m:
             ids = [m.variant.id]

@@ -21,6 +21,27 @@ class BenchError(EdgeSDKError):
     """A benchmark could not be set up or run (bad settings, nothing to measure, a cold-start child failed)."""
 
 
+def named_variants(manifest: Any, statuses: Any, all_variants: bool, variants: Any, warnings: list[str]) -> list[str] | None:
+    """The variant ids ``--all-variants`` (those whose backend is available here; the others get a warning)
+    or ``--variant`` names (BenchError for an unknown one), or None when neither was given (the SDK selects)."""
+    if all_variants:
+        ids = []
+        for v in manifest.variants:
+            st = statuses.get(v.backend)
+            if st is None or not st.available:
+                warnings.append(f"variant {v.id} skipped: backend {v.backend} is not available here ({st.detail if st else 'unknown'})")
+            else:
+                ids.append(v.id)
+        return ids
+    if variants:
+        known = [v.id for v in manifest.variants]
+        unknown = [i for i in variants if i not in known]
+        if unknown:
+            raise BenchError(f"variant(s) {unknown} not in package {manifest.name}; it has {known}")
+        return list(dict.fromkeys(variants))
+    return None
+
+
 def _positive(name: str, value: Any, *, integer: bool = False, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return

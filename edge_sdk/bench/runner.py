@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from .monitor import ResourceMonitor, peak_rss_mb
-from .options import BenchError, BenchOptions
+from .options import BenchError, BenchOptions, named_variants
 from .report import DESCRIPTIONS, SCHEMA_VERSION, build_row, clean
 from .scenarios import Log, WarmUp, guarded, multi_stream_block, offline_block, rotate, server_block, single_stream_block, warm_up
 from .stats import busy_union_s
@@ -75,20 +75,9 @@ def run_bench(
 
     # -- which variants ----------------------------------------------------------------------------
     selected_by_sdk = False
-    if opts.all_variants:
-        ids = []
-        for v in manifest.variants:
-            st = statuses.get(v.backend)
-            if st is None or not st.available:
-                warnings.append(f"variant {v.id} skipped: backend {v.backend} is not available here ({st.detail if st else 'unknown'})")
-            else:
-                ids.append(v.id)
-    elif opts.variants:
-        known = [v.id for v in manifest.variants]
-        unknown = [i for i in opts.variants if i not in known]
-        if unknown:
-            raise BenchError(f"variant(s) {unknown} not in package {manifest.name}; it has {known}")
-        ids = list(dict.fromkeys(opts.variants))
+    chosen = named_variants(manifest, statuses, opts.all_variants, opts.variants, warnings)
+    if chosen is not None:
+        ids = chosen
     else:
         with load(pkg, detection.profile, LoadOptions(threads=opts.threads, cache_dir=cache, root=opts.root)) as m:
             ids = [m.variant.id]

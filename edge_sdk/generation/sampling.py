@@ -295,15 +295,19 @@ def _nucleus_full(
     total = float(w32.sum(dtype=np.float64))
     # Cheap first try: the ids whose weight is >= 1e-3 of the max (a threshold set also holds every id above it,
     # so the same completeness test applies). Usually a handful; skipped when the distribution is flat.
-    ids = np.flatnonzero(w32 >= np.float32(_TOP_P_FIRST_WEIGHT))
-    n_sorted = 0
-    if ids.size <= _TOP_P_FIRST_MAX:
-        n_sorted += ids.size
+    def ranked(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """``ids`` best first (ties by id), their logits and weights, and how many of them are in the nucleus."""
         vals = x[ids].astype(np.float64)
         order = np.lexsort((ids, -vals))
         ids, vals = ids[order], vals[order]
         w = w32[ids].astype(np.float64)
-        keep = _nucleus_size(vals, w / total, top_p)
+        return ids, vals, w, _nucleus_size(vals, w / total, top_p)
+
+    ids = np.flatnonzero(w32 >= np.float32(_TOP_P_FIRST_WEIGHT))
+    n_sorted = 0
+    if ids.size <= _TOP_P_FIRST_MAX:
+        n_sorted += ids.size
+        ids, vals, w, keep = ranked(ids)
         # Complete if a candidate is outside the nucleus, or if the candidates' mass already reaches top_p (every
         # other id then has at least that mass ahead of it; a threshold set holds all ties of its members).
         if keep < ids.size or w.sum() / total >= top_p:
@@ -315,11 +319,7 @@ def _nucleus_full(
         else:
             ids = np.argpartition(x, v - k)[v - k :]
         n_sorted += ids.size
-        vals = x[ids].astype(np.float64)
-        order = np.lexsort((ids, -vals))
-        ids, vals = ids[order], vals[order]
-        w = w32[ids].astype(np.float64)
-        keep = _nucleus_size(vals, w / total, top_p)
+        ids, vals, w, keep = ranked(ids)
         if keep < ids.size or k >= v:
             return ids[:keep], vals[:keep], w[:keep], n_sorted
         k *= 4
