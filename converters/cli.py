@@ -438,7 +438,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--int4-methods", default="native,rtn,hqq,gptq",
                    help="int4 quantizers to measure, best perplexity kept (default native,rtn,hqq,gptq; native = a GGUF's own Q4_0/Q4_1/Q8_0 blocks, exactly)")  # fmt: skip
     p.add_argument("--mixed", choices=("auto", "always", "never"), default="auto",
-                   help="mixed precision (Q4_K_M's tensors in int8): auto = when pure int4 fails its gate")  # fmt: skip
+                   help="mixed precision, the int8 tensors chosen by measured sensitivity: auto = searched when no pure int4 passes its gate")  # fmt: skip
     p.add_argument("--prefer", choices=("perplexity", "speed"), default="perplexity",
                    help="among int4 candidates that pass the gate keep the lowest perplexity (default) or the fastest measured TPOT")  # fmt: skip
     p.add_argument("--kv-dtype", choices=("float32", "float16"), default="", help="KV cache dtype (default: the compute type; float16 halves KV bytes)")

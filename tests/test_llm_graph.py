@@ -21,7 +21,6 @@ from converters.llm.graph import (
     build_decoder_graph,
     dequantized_weights,
     empty_kv,
-    q4km_overrides,
     quantize_decoder,
     session_feeds,
 )
@@ -257,9 +256,6 @@ def test_mixed_precision_overrides(tmp_path: Path) -> None:
     ref = ReferenceDecoder(src, weights=dequantized_weights(qws))
     ds = DecodeSession(session(info.path), src.config, MAX_LEN)
     assert ds.greedy(PROMPT, 8) == ref.greedy(PROMPT, 8)
-    # llama.cpp Q4_K_M-like overrides on a 16-layer config pick first/last eighth and every third
-    q4 = q4km_overrides(make_source(n_layers=16).config)
-    assert [i for i in range(16) if f"layers.{i}.down" in q4] == [0, 1, 4, 7, 10, 13, 14, 15]
 
 
 def _expected_bytes_per_token(src: DecoderSource, model: onnx.ModelProto, qws: dict[str, Any] | None) -> int:

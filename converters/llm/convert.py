@@ -6,8 +6,9 @@
    perplexity is the reference every variant is gated against.
 4. For each precision asked for, quantize, build an ``all_logits`` graph and measure perplexity and
    top-1 agreement with the reference. For int4 every method in ``int4_methods`` (RTN, HQQ, GPTQ,
-   measured, the lowest perplexity kept); if the best pure int4 fails its gate, mixed precision
-   (llama.cpp Q4_K_M's choice of tensors kept in 8 bits) is tried on the best method.
+   measured; "native" imports a GGUF's own blocks exactly); if no pure int4 passes its gate, a
+   mixed-precision search (the head, then each projection class in int8, measured; classes added by
+   the perplexity they save until the gate passes) on the best method.
 5. Gate each variant (``perplexity_gap`` <= int8 2 %, int4 10 %, fp16 1 % by default; ``gates``
    overrides); a failing one is dropped, or kept and marked with ``force``.
 6. Build the runtime graph (last position only), time TTFT/TPOT on this machine, write the package

@@ -22,6 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .graph import empty_kv
 from .spec import DecoderConfig, LLMConvertError
 
 __all__ = ["TeacherForced", "Timing", "agreement", "default_eval_text", "teacher_forced", "time_decoder"]
@@ -78,11 +79,6 @@ def _session(path: Path | str, threads: int) -> Any:
     return ort.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
 
 
-def _empty_past(cfg: DecoderConfig, max_len: int, dtype: Any) -> dict[str, np.ndarray]:
-    z = np.zeros((1, cfg.n_kv_heads, max_len, cfg.head_dim), dtype=dtype)
-    return {f"past_key_values.{i}.{p}": z for i in range(cfg.n_layers) for p in ("key", "value")}
-
-
 def teacher_forced(model_path: Path | str, cfg: DecoderConfig, ids: Sequence[int], *, window: int = 256, threads: int | None = None, kv_dtype: Any = np.float32) -> TeacherForced:
     """Run an ``all_logits`` graph over ``ids`` in windows of ``window`` tokens; the next-token
     NLL and top-1 at every position but each window's last."""
@@ -92,7 +88,7 @@ def teacher_forced(model_path: Path | str, cfg: DecoderConfig, ids: Sequence[int
     arr = np.asarray(ids, dtype=np.int64)
     nll: list[np.ndarray] = []
     top: list[np.ndarray] = []
-    past = _empty_past(cfg, window, kv_dtype)
+    past = empty_kv(cfg, window, kv_dtype)
     for start in range(0, len(arr) - 1, window):
         chunk = arr[start : start + window + 1]
         if len(chunk) < 2:

@@ -60,7 +60,6 @@ __all__ = [
     "dequantized_weights",
     "empty_kv",
     "linear_names",
-    "q4km_overrides",
     "quantize_decoder",
     "quantize_tensor",
     "session_feeds",
@@ -127,24 +126,6 @@ class VariantPlan:
             if fnmatch.fnmatchcase(name, pat):
                 bits = b
         return bits
-
-
-def q4km_overrides(cfg: DecoderConfig) -> dict[str, int]:
-    """Mixed precision in the manner of llama.cpp's Q4_K_M (``llama_tensor_get_type`` in
-    ``src/llama-quant.cpp``): the LM head, and ``attn_v`` / ``ffn_down`` of the layers its
-    ``use_more_bits`` picks (the first and last eighth, and every third in between), get more bits
-    (8 here, Q6_K there)."""
-    n = cfg.n_layers
-
-    def more(i: int) -> bool:
-        return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
-
-    out: dict[str, int] = {"lm_head": 8}
-    for i in range(n):
-        if more(i):
-            out[f"layers.{i}.v"] = 8
-            out[f"layers.{i}.down"] = 8
-    return out
 
 
 def linear_names(cfg: DecoderConfig) -> list[str]:

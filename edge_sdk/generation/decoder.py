@@ -213,7 +213,7 @@ class DecoderModel:
         self.eos_ids = frozenset(spec.eos_token_ids)
         # int4/int8 with int8 activations give different logits for a 1-row step and a multi-row pass:
         # deterministic mode prefills one token per run, so a prompt's logits never depend on how it is chunked.
-        self._prefill_chunk = 1 if deterministic and not variant.generation.batch_invariant else 0
+        self._prefill_one_by_one = deterministic and not variant.generation.batch_invariant
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -269,7 +269,7 @@ class DecoderModel:
             "vocab_size": self.tokenizer.vocab_size,
             "chat_template": self.template is not None,
             "deterministic": self.deterministic,
-            "prefill": "one token per run (deterministic, kernel not batch-invariant)" if self._prefill_chunk == 1 else "whole prompt per run",
+            "prefill": "one token per run (deterministic, kernel not batch-invariant)" if self._prefill_one_by_one else "whole prompt per run",
             "provenance": self.provenance.to_dict(),
         }
 
@@ -493,7 +493,7 @@ class DecoderModel:
         events: list[GenerationEvent] = []
         sess.reset()
         tp = time.perf_counter()
-        if self._prefill_chunk == 1:
+        if self._prefill_one_by_one:
             for t in ids:
                 logits = sess.prefill([t])
         else:

@@ -17,16 +17,14 @@ import os
 import re
 from typing import TYPE_CHECKING, Iterable, Sequence
 
-from .._deps import GENERATE, require_tokenizers
+from .._deps import require_tokenizers
 from ..errors import OptionsError, OptionsTypeError, PromptError, TokenizerError
 
 if TYPE_CHECKING:
     import tokenizers
 
-__all__ = ["GENERATE_EXTRA", "Tokenizer", "IncrementalDetokenizer", "StopMatcher", "validate_prompt"]
+__all__ = ["Tokenizer", "IncrementalDetokenizer", "StopMatcher", "validate_prompt"]
 
-#: What to install for the generative path's optional dependencies.
-GENERATE_EXTRA = GENERATE
 
 _REPLACEMENT = "\ufffd"
 
