@@ -37,6 +37,8 @@ OPTION_CLASSES = [
     ("converters.pipeline", "ConvertOptions"),
     ("converters.quantize", "Int8Options"),
     ("converters.quantize", "Int4Options"),
+    ("converters.llm.convert", "LLMConvertOptions"),
+    ("edge_sdk.generation.sampling", "SamplingParams"),
 ]
 ERROR_MODULES = ["edge_sdk.errors", "edge_sdk.pipelines.errors", "edge_sdk.streams.signal", "edge_sdk.remote.errors"]
 OTHER_ERRORS = [
@@ -44,6 +46,7 @@ OTHER_ERRORS = [
     ("converters.pipeline", "ConvertError"), ("converters.calibration", "CalibrationError"), ("converters.quantize", "QuantizeError"),
     ("converters.validate", "ValidationError"), ("converters.calibration_quality", "CalibrationQualityError"), ("converters.inspect_model", "InspectError"), ("converters.packaging", "SignatureError"),
     ("converters.tflite_writer", "TFLiteBuildError"),
+    ("converters.llm.spec", "LLMConvertError"), ("converters.llm.spec", "SourceFormatError"), ("converters.llm.spec", "UnsupportedModelError"),
     ("tools.fixtures.fetch_pretrained", "FetchError"), ("edge_sdk.budget.sensors", "SensorUnavailable"),
     ("edge_sdk.budget.governor", "ActionUnavailable"), ("edge_sdk.serve.server", "ServeError"), ("edge_sdk.bench.options", "BenchError"),
     ("edge_sdk.store.store", "StoreError"), ("edge_sdk.store.signing", "SignatureVerificationError"),
