@@ -171,3 +171,12 @@ class ContextBudgetError(GenerationError, InputError):
 
 class SamplingError(OptionsError):
     """A sampling parameter is out of range (temperature < 0, top_p outside (0, 1], ...)."""
+
+
+class GenerationBusyError(GenerationError):
+    """The generation engine's queue is full (or its KV budget is held by running streams and the
+    queue is full); ``retry_after_s`` estimates when it will have room. Servers answer 503/429 with it."""
+
+    def __init__(self, message: str, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s

@@ -133,6 +133,14 @@ def test_fp32_graph_equals_reference_prefill_and_decode(name: str, tmp_path: Pat
     assert {o.domain: o.version for o in model.opset_import} == {"": OPSET, "com.microsoft": 1}
     assert [i.name for i in sess.get_inputs()][:2] == ["input_ids", "attention_mask"]
     assert sess.get_outputs()[0].name == "logits" and sess.get_outputs()[0].shape[1] == 1
+    # logits_to_keep: an input with a default of 1 (runtimes that do not feed it get the last position)
+    assert [i.name for i in sess.get_overridable_initializers()] == ["logits_to_keep"]
+    ds.reset()
+    ds(PROMPT)
+    feeds = session_feeds(src.config, STEPS, ds.past_len, MAX_LEN, ds.kv)
+    three = sess.run(["logits"], {**feeds, "logits_to_keep": np.array([3], np.int64)})[0][0]
+    assert three.shape == (3, src.config.vocab_size)
+    np.testing.assert_allclose(three[-1], ds(STEPS)[-1], atol=1e-5)
     assert info.ops["com.microsoft.GroupQueryAttention"] == 2
     assert info.ops["com.microsoft.SkipSimplifiedLayerNormalization"] == 4 + 1  # 2 per layer + final (layer 0: x + x)
     assert info.batch_invariant and info.precision == "fp32"

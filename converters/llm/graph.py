@@ -6,7 +6,11 @@ Graph contract (what a runtime binds)::
              attention_mask              int64 [batch, total_seq]      ones; total_seq = past_len + seq
              past_key_values.{i}.key     kv    [batch, n_kv_heads, max_len, head_dim]
              past_key_values.{i}.value   kv    [batch, n_kv_heads, max_len, head_dim]
-    outputs  logits                      float32 [batch, 1, vocab]     (the last position; all_logits: [batch, seq, vocab])
+             logits_to_keep              int64 [1]                     optional (an initializer default of 1): how many
+                                                                       last positions get logits (speculative verification)
+    outputs  logits                      float32 [batch, 1, vocab]     (the last position; [batch, keep, vocab] when fed
+                                                                       logits_to_keep > 1, declared 1 because onnxruntime-genai
+                                                                       preallocates the declared shape; all_logits: [batch, seq, vocab])
              present.{i}.key / .value    same shape and dtype as the past
 
 ``max_len`` is chosen by the runtime and must not exceed ``context_length`` (the rotary caches'
@@ -348,6 +352,12 @@ class _Builder:
             helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "total_seq"]),
         ]
         outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "seq" if all_logits else 1, c.vocab_size])]
+        if not all_logits:
+            # A graph input that is also an initializer is overridable with a default (ONNX IR >= 4;
+            # https://onnx.ai/onnx/repo-docs/IR.html#graphs): runtimes that do not know it (onnxruntime-genai)
+            # get the last position's logits; a speculative verifier feeds k + 1.
+            inputs.append(helper.make_tensor_value_info("logits_to_keep", TensorProto.INT64, [1]))
+            self.init("logits_to_keep", np.asarray([1], dtype=np.int64))
         for i in range(c.n_layers):
             for kv in ("key", "value"):
                 inputs.append(helper.make_tensor_value_info(f"past_key_values.{i}.{kv}", kvt, ["batch", nkv, "max_len", hd]))
@@ -419,11 +429,12 @@ class _Builder:
         hfin = self.node("SkipSimplifiedLayerNormalization", [prev_out, residual, g_norm], 1, domain=_MS, epsilon=float(c.rms_eps))[0]
         if not all_logits:
             big = np.iinfo(np.int64).max
+            start = self.node("Neg", ["logits_to_keep"])[0]
             hfin = self.node(
                 "Slice",
                 [
                     hfin,
-                    self.const_i64("/const/last_start", [-1]),
+                    start,
                     self.const_i64("/const/last_end", [big]),
                     self.const_i64("/const/seq_axis", [1]),
                 ],

@@ -3,7 +3,9 @@ packages (``edge-convert llm``), run by a prefill/decode loop over one prealloca
 streamed as text, under the device's memory budget and governor (docs/generation.md).
 
 ``edge_sdk.load(pkg)`` returns a :class:`DecoderModel` for such a package. The modules:
-:mod:`.decoder` (the model and its loop), :mod:`.sampling`, :mod:`.text` (tokenizer, UTF-8-safe
+:mod:`.decoder` (the model and its single-sequence loop), :mod:`.engine` (concurrent streams:
+continuous batching, the prefix cache of :mod:`.prefix_cache`, speculative decoding of
+:mod:`.speculative`), :mod:`.sequence` (one generation's bookkeeping, shared by both loops), :mod:`.sampling`, :mod:`.text` (tokenizer, UTF-8-safe
 incremental detokenizer, stop strings, prompt checks), :mod:`.template` (chat templates in a
 Jinja2 sandbox), :mod:`.results`, :mod:`.telemetry`; the ONNX Runtime seam is
 :mod:`edge_sdk.backends.ort_decoder`. The names below load on first use.
@@ -17,6 +19,8 @@ from .._lazy import lazy_getattr
 
 if TYPE_CHECKING:  # for type checkers and readers: the same names, imported eagerly
     from .decoder import DEFAULT_MAX_CONTEXT, ContextPlan, DecoderModel, TextStream, open_decoder, plan_context
+    from .engine import EngineOptions, GenerationEngine
+    from .prefix_cache import PrefixCache
     from .results import FINISH_REASONS, GenerationEvent, GenerationResult, GenerationTimings, Usage
     from .sampling import Sampler, SamplingParams
     from .telemetry import GenerationTelemetry
@@ -29,6 +33,9 @@ _LAZY = {
     "ContextPlan": "decoder",
     "DEFAULT_MAX_CONTEXT": "decoder",
     "DecoderModel": "decoder",
+    "EngineOptions": "engine",
+    "GenerationEngine": "engine",
+    "PrefixCache": "prefix_cache",
     "FINISH_REASONS": "results",
     "GenerationEvent": "results",
     "GenerationResult": "results",

@@ -22,17 +22,16 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
-import numpy as np
-
 from .._listeners import Listeners
 from ..backends.ort_decoder import DecoderShape, OrtDecoderSession
 from ..errors import ContextBudgetError, GenerationError, OptionsError, PromptError, SessionClosedError, TemplateError
 from ..telemetry.core import Provenance, Sample, model_key
-from .results import GenerationEvent, GenerationResult, GenerationTimings, Usage
-from .sampling import Sampler, SamplingParams
+from .results import GenerationEvent, GenerationResult
+from .sampling import SamplingParams
+from .sequence import GenerationState, Request
 from .telemetry import GenerationTelemetry
 from .template import ChatTemplate
-from .text import IncrementalDetokenizer, StopMatcher, Tokenizer, validate_prompt
+from .text import StopMatcher, Tokenizer, validate_prompt
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..package import GenerationSpec, ModelPackage, Variant
@@ -101,29 +100,6 @@ def plan_context(
 
 
 _Messages = Sequence[Mapping[str, Any]]
-
-
-@dataclass(frozen=True)
-class _Request:
-    """One generation's checked inputs (made by :meth:`DecoderModel.stream`)."""
-
-    ids: list[int]
-    truncated: int
-    params: SamplingParams
-    matcher: StopMatcher
-    eos: frozenset[int]
-    max_new: int
-    deadline: float | None  # perf_counter seconds, or None
-    cancel: threading.Event
-    t0: float
-
-    def interrupted(self) -> str | None:
-        """"cancelled" or "deadline" when the generation must end now, else None."""
-        if self.cancel.is_set():
-            return "cancelled"
-        if self.deadline is not None and time.perf_counter() >= self.deadline:
-            return "deadline"
-        return None
 
 
 class TextStream:
@@ -269,7 +245,9 @@ class DecoderModel:
             "vocab_size": self.tokenizer.vocab_size,
             "chat_template": self.template is not None,
             "deterministic": self.deterministic,
-            "prefill": "one token per run (deterministic, kernel not batch-invariant)" if self._prefill_one_by_one else "whole prompt per run",
+            "prefill": "one token per run (deterministic, kernel not batch-invariant)"
+            if self._prefill_one_by_one
+            else "whole prompt per run",
             "provenance": self.provenance.to_dict(),
         }
 
@@ -280,7 +258,9 @@ class DecoderModel:
         ``.value`` is "normal" / "constrained" / "critical") act between tokens: CONSTRAINED paces
         tokens to ``constrained_tokens_per_s`` (None: no pacing), CRITICAL pauses the stream. Returns
         the detach callable."""
-        if constrained_tokens_per_s is not None and not (isinstance(constrained_tokens_per_s, (int, float)) and constrained_tokens_per_s > 0):
+        if constrained_tokens_per_s is not None and not (
+            isinstance(constrained_tokens_per_s, (int, float)) and constrained_tokens_per_s > 0
+        ):
             raise OptionsError(f"constrained_tokens_per_s: expected a number > 0 or None, got {constrained_tokens_per_s!r}")
         if not (isinstance(poll_s, (int, float)) and 0 < poll_s <= 5):
             raise OptionsError(f"poll_s: expected seconds in (0, 5], got {poll_s!r}")
@@ -381,6 +361,45 @@ class DecoderModel:
         (TemplateError), sampling parameters (SamplingError), ``max_new_tokens`` and the other
         options (OptionsError), and that prompt + ``max_new_tokens`` fit the KV buffer
         (ContextBudgetError naming both; ``truncate=True`` drops the prompt's oldest tokens instead)."""
+        req = self._prepare(
+            prompt,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            min_p=min_p,
+            repetition_penalty=repetition_penalty,
+            seed=seed,
+            stop=stop,
+            stop_token_ids=stop_token_ids,
+            ignore_eos=ignore_eos,
+            deadline_s=deadline_s,
+            cancel=cancel,
+            truncate=truncate,
+        )
+        stream = TextStream(iter(()), req.cancel)
+        stream._gen = self._run(stream, req)
+        return stream
+
+    def _prepare(
+        self,
+        prompt: str | _Messages,
+        *,
+        max_new_tokens: int = 256,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        min_p: float = 0.0,
+        repetition_penalty: float = 1.0,
+        seed: int | None = None,
+        stop: Sequence[str] | str | None = None,
+        stop_token_ids: Sequence[int] = (),
+        ignore_eos: bool = False,
+        deadline_s: float | None = None,
+        cancel: threading.Event | None = None,
+        truncate: bool = False,
+    ) -> Request:
+        """The checked request of :meth:`stream` (shared with :class:`~edge_sdk.generation.engine.GenerationEngine`)."""
         t0 = time.perf_counter()
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise OptionsError(f"max_new_tokens: expected an int >= 1, got {max_new_tokens!r}")
@@ -393,7 +412,9 @@ class DecoderModel:
         for t in stop_token_ids:
             if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < self.spec.vocab_size:
                 raise OptionsError(f"stop_token_ids: expected token ids in [0, {self.spec.vocab_size}), got {t!r}")
-        params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, repetition_penalty=repetition_penalty, seed=seed)
+        params = SamplingParams(
+            temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, repetition_penalty=repetition_penalty, seed=seed
+        )
         ids = self.encode(prompt)
         if not ids:
             raise PromptError("prompt: it encodes to no tokens (and the package adds no BOS token); give some text")
@@ -410,49 +431,40 @@ class DecoderModel:
             ids = ids[truncated:]
         ev = cancel if cancel is not None else threading.Event()
         eos = (frozenset() if ignore_eos else self.eos_ids) | frozenset(stop_token_ids)
-        req = _Request(ids, truncated, params, matcher, eos, max_new_tokens, None if deadline_s is None else t0 + deadline_s, ev, t0)
-        stream = TextStream(iter(()), ev)
-        stream._gen = self._run(stream, req)
-        return stream
+        return Request(ids, truncated, params, matcher, eos, max_new_tokens, None if deadline_s is None else t0 + deadline_s, ev, t0)
 
-    def _emit(self, events: list[GenerationEvent], kind: str, t0: float, n: int, state: str, detail: str) -> None:
-        e = GenerationEvent(kind, (time.perf_counter() - t0) * 1e3, n, state, detail)
-        events.append(e)
-        self._listeners.emit(e)  # a listener that raises is logged, never breaks the generation
-
-    def _govern(self, events: list[GenerationEvent], req: _Request, n: int, last_token_t: float, mode: list[str]) -> float:
-        """Between tokens: act on the governor's state. Returns the seconds held."""
+    def _govern(self, seq: GenerationState) -> None:
+        """Between tokens: act on the governor's state (the seconds held go to ``seq.held_s``)."""
         gov = self._governor
         if gov is None:
-            return 0.0
-        t0 = req.t0
+            return
+        req = seq.req
         state = getattr(getattr(gov, "state", None), "value", "normal")
-        held = 0.0
         if state == "critical":
-            self._emit(events, "pause", t0, n, state, "governor CRITICAL: stream paused between tokens")
-            mode[0] = "paused"
+            seq.emit("pause", state, "governor CRITICAL: stream paused between tokens")
+            seq.mode = "paused"
             ts = time.perf_counter()
             while getattr(gov.state, "value", "normal") == "critical" and req.interrupted() is None:
                 time.sleep(self._poll_s)
             held = time.perf_counter() - ts
+            seq.held_s += held
             now_state = getattr(gov.state, "value", "normal")
-            self._emit(events, "resume", t0, n, now_state, f"after {held * 1e3:.0f} ms paused")
-            mode[0] = ""
+            seq.emit("resume", now_state, f"after {held * 1e3:.0f} ms paused")
+            seq.mode = ""
             state = now_state
         if state == "constrained" and self._pace_tps is not None:
-            if mode[0] != "paced":
-                self._emit(events, "pace", t0, n, state, f"governor CONSTRAINED: tokens paced to {self._pace_tps:g}/s")
-                mode[0] = "paced"
-            wait = last_token_t + 1.0 / self._pace_tps - time.perf_counter()
+            if seq.mode != "paced":
+                seq.emit("pace", state, f"governor CONSTRAINED: tokens paced to {self._pace_tps:g}/s")
+                seq.mode = "paced"
+            wait = seq.t_last + 1.0 / self._pace_tps - time.perf_counter()
             if wait > 0:
                 time.sleep(wait)
-                held += wait
-        elif state == "normal" and mode[0] == "paced":
-            self._emit(events, "resume", t0, n, state, "governor NORMAL: pacing lifted")
-            mode[0] = ""
-        return held
+                seq.held_s += wait
+        elif state == "normal" and seq.mode == "paced":
+            seq.emit("resume", state, "governor NORMAL: pacing lifted")
+            seq.mode = ""
 
-    def _run(self, stream: TextStream, req: _Request) -> Iterator[str]:
+    def _run(self, stream: TextStream, req: Request) -> Iterator[str]:
         if not self._lock.acquire(blocking=False):
             if self._owner == threading.get_ident():
                 # The open stream is suspended in this very thread: waiting for it would wait for ever.
@@ -482,15 +494,9 @@ class DecoderModel:
             self._owner = None
             self._lock.release()
 
-    def _loop(self, stream: TextStream, sess: OrtDecoderSession, req: _Request) -> Iterator[str]:
-        ids, params, matcher, eos, max_new, t0 = req.ids, req.params, req.matcher, req.eos, req.max_new, req.t0
-        sampler = Sampler(params, self.spec.vocab_size)
-        # the repetition penalty's view of the tokens so far (kept only when there is a penalty)
-        history = np.empty(len(ids) + max_new, dtype=np.int64) if params.repetition_penalty != 1.0 else None
-        if history is not None:
-            history[: len(ids)] = ids
-        detok = IncrementalDetokenizer(self.tokenizer, prompt_ids=ids[-8:], skip_special_tokens=True)
-        events: list[GenerationEvent] = []
+    def _loop(self, stream: TextStream, sess: OrtDecoderSession, req: Request) -> Iterator[str]:
+        seq = GenerationState(req, self.tokenizer, self.spec.vocab_size, self._listeners.emit)
+        ids = req.ids
         sess.reset()
         tp = time.perf_counter()
         if self._prefill_one_by_one:
@@ -498,78 +504,31 @@ class DecoderModel:
                 logits = sess.prefill([t])
         else:
             logits = sess.prefill(ids)
-        prefill_s = time.perf_counter() - tp
-        decode_s = 0.0
-        held = 0.0
-        out: list[int] = []
-        finish = "length"
-        stop_what: str | int | None = None
-        t_first = t_last = 0.0
-        mode = [""]
+        seq.prefill_s = time.perf_counter() - tp
         tm = self._tm
         per_tok = sess.shape.kv_bytes_per_token
         while True:
-            tok = sampler.sample(logits, history[: len(ids) + len(out)] if history is not None else ())
-            now = time.perf_counter()
-            if not out and t_first == 0.0:
-                t_first = now
-            t_last = now
-            if tok in eos:
-                finish, stop_what = "stop", tok
-                break
-            out.append(tok)
-            if history is not None:
-                history[len(ids) + len(out) - 1] = tok
-            text, stopped = matcher.feed(detok.push(tok))
+            text, done = seq.accept(seq.sample(logits))
             if text:
                 yield text
-            if stopped:
-                finish, stop_what = "stop", matcher.matched
+            if done:
                 break
-            if len(out) >= max_new:
-                break
-            why = req.interrupted()
-            if why is None and self._governor is not None:
-                held += self._govern(events, req, len(out), t_last, mode)
-                why = req.interrupted()
-            if why is not None:
-                finish = why
+            if not seq.interrupt() and self._governor is not None:
+                self._govern(seq)
+                seq.interrupt()
+            if seq.done:
                 break
             td = time.perf_counter()
-            logits = sess.step(tok)
-            decode_s += time.perf_counter() - td
+            logits = sess.step(seq.out[-1])
+            seq.decode_s += time.perf_counter() - td
             if tm is not None:
                 tm.kv_bytes_in_use = sess.position * per_tok
-        if not isinstance(stop_what, str):  # a matched stop string ends the text; anything held back before it is dropped
-            text = matcher.flush(detok.flush())
-            if text:
-                yield text
-        end = time.perf_counter()
-        n = len(out)
-        ttft_s = (t_first - t0) if t_first else (end - t0)
-        tpot_s = (t_last - t_first) / (n - 1) if n > 1 else None
-        full_text = matcher.text
-        timings = GenerationTimings(
-            ttft_ms=ttft_s * 1e3,
-            tpot_ms=None if tpot_s is None else tpot_s * 1e3,
-            total_ms=(end - t0) * 1e3,
-            prefill_ms=prefill_s * 1e3,
-            decode_ms=decode_s * 1e3,
-            paused_ms=held * 1e3,
-        )
-        result = GenerationResult(
-            text=full_text,
-            token_ids=tuple(out),
-            finish_reason=finish,
-            usage=Usage(len(ids), n, req.truncated),
-            timings=timings,
-            provenance=self.provenance,
-            stop=stop_what,
-            seed=sampler.seed,
-            events=tuple(events),
-        )
+        text = seq.tail()
+        if text:
+            yield text
+        result = seq.result(self.provenance)
         if tm is not None:
-            tm.record(len(ids), n, finish, ttft_s, tpot_s)
+            tm.record(len(ids), len(seq.out), seq.finish, *seq.ttft_tpot_s())
         stream.result = result
 
 

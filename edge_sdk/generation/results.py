@@ -95,7 +95,9 @@ class GenerationResult:
     """One generation: ``text`` (stop strings cut off), ``token_ids`` generated (the EOS token, when
     that ended it, is not included), ``finish_reason`` (:data:`FINISH_REASONS`), ``stop`` (the stop
     string or EOS id that ended it), ``usage``, ``timings``, ``provenance``, ``variant``, ``events``
-    and ``seed`` (the seed used, so a sampled result can be repeated)."""
+    and ``seed`` (the seed used, so a sampled result can be repeated). ``details``: how it was run,
+    where a runner says more (the engine: batch, prefix-cache hit, speculation; the router: where
+    each part was generated and why)."""
 
     text: str
     token_ids: tuple[int, ...]
@@ -106,6 +108,7 @@ class GenerationResult:
     stop: str | int | None = None
     seed: int | None = None
     events: tuple[GenerationEvent, ...] = field(default_factory=tuple)
+    details: dict[str, Any] = field(default_factory=dict)
 
     @property
     def variant(self) -> str:
@@ -130,5 +133,6 @@ class GenerationResult:
             "seed": self.seed,
             "timings": t.to_dict(),
             "events": [e.to_dict() for e in self.events],
+            "details": self.details,
             "provenance": self.provenance.to_dict(),
         }
