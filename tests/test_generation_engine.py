@@ -265,3 +265,33 @@ def test_engine_bad_input_and_close(model: Any) -> None:
     with pytest.raises(SessionClosedError):
         eng.stream("x")
     eng.close()  # idempotent
+
+
+def test_greedy_speculation_equals_plain_greedy_and_drafts_pay_on_repeated_text(model: Any) -> None:
+    text = "for i in range(10):\n    print(i)\n" * 6  # input-grounded: the continuation repeats the prompt
+    prompts = [text, PROMPTS[0], PROMPTS[1]]
+    want = [model.generate(p, max_new_tokens=40, ignore_eos=True).token_ids for p in prompts]
+    with GenerationEngine(model, EngineOptions(max_streams=2, speculative="prompt-lookup", prefix_cache=False)) as eng:
+        got = [eng.generate(p, max_new_tokens=40, ignore_eos=True) for p in prompts]
+        assert [r.token_ids for r in got] == want
+        spec = got[0].details["speculation"]
+        assert spec["mode"] == "prompt-lookup" and spec["accepted"] > 0 and spec["passes"] < 40
+        # fewer passes than tokens: each accepted draft token saved one
+        assert spec["passes"] + (40 - spec["accepted"]) >= 40 - 1
+        # two streams at once are batched, not speculated
+        both = [eng.stream(p, max_new_tokens=20, ignore_eos=True) for p in prompts[1:]]
+        rs = [b.until_done() for b in both]
+        assert [r.token_ids for r in rs] == [w[:20] for w in want[1:]]
+
+
+def test_seeded_sampled_speculation_keeps_the_target_distribution(model: Any) -> None:
+    """Leviathan et al.'s acceptance rule leaves the output distribution the target's: the first
+    generated token's frequencies over seeds match plain sampling's (a wrong rule, e.g. always
+    accepting the draft, would put the draft token's share near 1)."""
+    text = "def f(x):\n    return x\n" * 5
+    kw = {"max_new_tokens": 3, "temperature": 1.5, "ignore_eos": True}
+    plain = [model.generate(text, seed=s, **kw).token_ids[1] for s in range(60)]
+    with GenerationEngine(model, EngineOptions(max_streams=1, speculative="prompt-lookup", prefix_cache=False)) as eng:
+        spec = [eng.generate(text, seed=100 + s, **kw).token_ids[1] for s in range(60)]
+    top = max(set(plain), key=plain.count)
+    assert abs(plain.count(top) - spec.count(top)) <= 20  # same share within sampling noise (60 draws each)

@@ -181,7 +181,7 @@ class GenerationEngine:
                 )
             from .speculative import AdaptiveDraftLength, PromptLookupDrafter
 
-            self._spec = (PromptLookupDrafter(), AdaptiveDraftLength(k_max=min(opts.max_draft, 16)))
+            self._spec = (PromptLookupDrafter(max_ngram=3, min_ngram=2), AdaptiveDraftLength(k_max=min(opts.max_draft, 16)))
         self._thread = threading.Thread(target=self._loop, name=f"edge-sdk-engine-{model.package.manifest.name}", daemon=True)
         self._thread.start()
 
@@ -487,6 +487,9 @@ class GenerationEngine:
         self._note_kv()
 
     def _speculate(self, s: _Stream) -> None:
+        """One step of the only running stream: a draft verified in one pass (Leviathan et al.,
+        :func:`~edge_sdk.generation.speculative.verify`), or a plain step when the draft length
+        controller says drafting does not pay (or there is no draft)."""
         from .speculative import verify, verify_greedy, warped_rows
 
         drafter, adapt = self._spec
@@ -496,25 +499,25 @@ class GenerationEngine:
             t0 = time.perf_counter()
             self._decode([s])
             adapt.observe_step(time.perf_counter() - t0)
+            adapt.update(0, 0)  # a plain step: the controller counts them to probe again
             return
-        ids = [s.pending, *draft]
         t0 = time.perf_counter()
-        logits = self._dec.verify(s.slot, ids, s.pos)
-        dt = time.perf_counter() - t0
-        adapt.observe_cost(len(draft), dt)
+        logits = self._dec.verify(s.slot, [s.pending, *draft], s.pos)
+        s.seq.decode_s += time.perf_counter() - t0
+        params = s.req.params
+        if params.greedy and params.repetition_penalty == 1.0:
+            toks, n_acc = verify_greedy(logits, draft)
+        else:  # the target's distributions after the same warping the sampler applies, row by row
+            p = warped_rows(s.seq.sampler, logits, s.seq.history(), draft)
+            toks, n_acc = verify_greedy(p, draft) if params.greedy else verify(p, draft, None, s.seq.sampler.rng)
+        adapt.observe_cost(len(draft), time.perf_counter() - t0)  # the pass and the verification: what drafting costs
+        adapt.update(len(draft), n_acc)
         self.steps += 1
         self.batch_hist[1] += 1
-        s.seq.decode_s += dt
-        if s.req.params.greedy:
-            toks, n_acc = verify_greedy(logits, draft)
-        else:
-            p = warped_rows(s.seq.sampler, logits, s.seq.history(), draft)
-            toks, n_acc = verify(p, draft, None, s.seq.sampler.rng)
-        adapt.update(len(draft), n_acc)
         s.spec_drafted += len(draft)
         s.spec_accepted += n_acc
         s.spec_passes += 1
-        s.pos += 1 + n_acc  # the pending token and the accepted drafts are in the KV; the last token is not
+        s.pos += 1 + n_acc  # the pending token and the accepted drafts are in the KV; the last token is not yet
         s.max_batch = max(s.max_batch, 1)
         for t in toks:
             if s.state == "done":

@@ -155,6 +155,12 @@ class Sampler:
         twin._rng.bit_generator.state = self._rng.bit_generator.state
         return twin
 
+    @property
+    def rng(self) -> np.random.Generator:
+        """The generator :meth:`sample` draws from (after :meth:`reset`, the new one). Speculative verification
+        (``edge_sdk.generation.speculative.verify``) draws from it too, so a seeded generation stays repeatable."""
+        return self._rng
+
     # -- sampling -----------------------------------------------------------------------------------
 
     def sample(self, logits: npt.NDArray[np.floating], history: History = ()) -> int:
@@ -164,16 +170,33 @@ class Sampler:
         Raises GenerationError for logits of the wrong shape/dtype, NaN or +inf logits (naming how many), all
         logits -inf, or a history id outside ``[0, vocab_size)``.
         """
+        ids, weights, n_sorted = self._candidates(logits, history)
+        self.last_candidates, self.last_sorted = int(ids.size), n_sorted
+        if self.params.greedy:
+            return int(ids[0])  # greedy draws nothing: the generator does not advance
+        return self._draw(ids, weights)
+
+    def probs(self, logits: npt.NDArray[np.floating], history: History = ()) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
+        """The distribution :meth:`sample` draws from for these ``logits`` and ``history``: the candidate ids that
+        survive the penalty, temperature, top-k, top-p and min-p, and their probabilities (float64, summing to 1).
+        Greedy (temperature 0) is a point mass: ``([argmax], [1.0])``.
+
+        Speculative decoding's verification needs these exact probabilities (``edge_sdk.generation.speculative``);
+        both methods go through :meth:`_candidates`, so a draw and its probability cannot disagree. Does not
+        advance the random generator or change :attr:`last_candidates`. Raises as :meth:`sample` does.
+        """
+        ids, weights, _ = self._candidates(logits, history)
+        return ids, weights / weights.sum()
+
+    def _candidates(self, logits: npt.NDArray[np.floating], history: History) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64], int]:
+        """The one warping path behind :meth:`sample` and :meth:`probs`: checked and penalised logits, then (unless
+        greedy) the filters. Returns the surviving ids, their unnormalised weights and how many ids were sorted."""
         x = self._check_logits(logits)
         x = self._penalise(x, history)
-        p = self.params
-        if p.greedy:
-            self.last_candidates, self.last_sorted = 1, 0
-            return int(np.argmax(x))
+        if self.params.greedy:
+            return np.array([int(np.argmax(x))], dtype=np.intp), np.ones(1, dtype=np.float64), 0
         with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
-            ids, weights, n_sorted = self._filter(x)
-        self.last_candidates, self.last_sorted = int(ids.size), n_sorted
-        return self._draw(ids, weights)
+            return self._filter(x)
 
     def _check_logits(self, logits: npt.NDArray[np.floating]) -> npt.NDArray[np.float32]:
         if not isinstance(logits, np.ndarray):
@@ -293,6 +316,7 @@ def _nucleus_full(
     m = np.float32(np.max(x))
     w32 = np.exp((x - m) * np.float32(inv_t))
     total = float(w32.sum(dtype=np.float64))
+
     # Cheap first try: the ids whose weight is >= 1e-3 of the max (a threshold set also holds every id above it,
     # so the same completeness test applies). Usually a handful; skipped when the distribution is flat.
     def ranked(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
