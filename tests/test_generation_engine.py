@@ -272,12 +272,14 @@ def test_greedy_speculation_equals_plain_greedy_and_drafts_pay_on_repeated_text(
     prompts = [text, PROMPTS[0], PROMPTS[1]]
     want = [model.generate(p, max_new_tokens=40, ignore_eos=True).token_ids for p in prompts]
     with GenerationEngine(model, EngineOptions(max_streams=2, speculative="prompt-lookup", prefix_cache=False)) as eng:
-        got = [eng.generate(p, max_new_tokens=40, ignore_eos=True) for p in prompts]
+        got = [eng.generate(prompts[0], max_new_tokens=40, ignore_eos=True)]
+        steps = eng.stats()["steps"]  # model passes after the prefill: fewer than the 39 plain decoding needs
+        got += [eng.generate(p, max_new_tokens=40, ignore_eos=True) for p in prompts[1:]]
         assert [r.token_ids for r in got] == want
         spec = got[0].details["speculation"]
-        assert spec["mode"] == "prompt-lookup" and spec["accepted"] > 0 and spec["passes"] < 40
-        # fewer passes than tokens: each accepted draft token saved one
-        assert spec["passes"] + (40 - spec["accepted"]) >= 40 - 1
+        assert (
+            spec["mode"] == "prompt-lookup" and spec["accepted"] > 0 and steps <= 40 - spec["accepted"]
+        )  # each accepted draft token saves a pass
         # two streams at once are batched, not speculated
         both = [eng.stream(p, max_new_tokens=20, ignore_eos=True) for p in prompts[1:]]
         rs = [b.until_done() for b in both]
