@@ -1,5 +1,7 @@
 """``edge-sdk serve``: edge_sdk packages over the Open Inference Protocol (KServe v2 REST, with
-Triton's binary tensor data extension), on Starlette + uvicorn (``pip install 'edge-sdk[server]'``).
+Triton's binary tensor data extension), and text-generation (decoder) packages over the
+OpenAI-compatible API and Triton's generate extension too, on Starlette + uvicorn
+(``pip install 'edge-sdk[server]'``).
 
 ::
 
@@ -11,7 +13,8 @@ Endpoints (``{v}``, the version segment, is optional; when given it must be the 
 
 - ``GET /v2/health/live`` 200; ``GET /v2/health/ready`` 200 when every model's worker runs, else
   503 (also while shutting down). Empty bodies.
-- ``GET /v2``: ``{"name": "edge-sdk", "version", "extensions": ["binary_tensor_data"]}``.
+- ``GET /v2``: ``{"name": "edge-sdk", "version", "extensions": ["binary_tensor_data"]}`` (plus
+  ``"generate"`` when a text-generation model is served).
 - ``GET /v2/models/{name}[/versions/{v}]``: ``name``, ``versions`` ([manifest version]),
   ``platform`` (``onnxruntime_onnx``, ``tensorflow_lite``), ``inputs`` / ``outputs`` with v2
   datatypes and shapes (-1 for a dynamic dim), for the variant that was loaded.
@@ -29,6 +32,51 @@ Endpoints (``{v}``, the version segment, is optional; when given it must be the 
   (``edge_sdk_model_*``: provenance, requests, errors by type, and the ``inference`` stage latency
   histogram, one observation per model call).
 
+Text generation (:mod:`edge_sdk.serve.generate_api`; a :class:`~edge_sdk.generation.DecoderModel`,
+or any object with its ``stream`` / ``encode`` / ``render_chat`` / ``max_context`` / ``package``):
+
+- ``POST /v1/chat/completions``: OpenAI's chat request (``messages``, text content or text parts;
+  role ``developer`` is ``system``) with ``max_completion_tokens`` / ``max_tokens`` (default: the
+  room the context leaves), ``temperature`` (default 1, OpenAI's; 0 is greedy), ``top_p``, ``seed``,
+  ``stop`` (a string or up to 4), ``stream``, ``stream_options.include_usage``; extensions ``top_k``,
+  ``min_p``, ``repetition_penalty``, ``ignore_eos``. Accepted when they change nothing: ``n`` 1,
+  ``presence_penalty`` / ``frequency_penalty`` 0, ``logprobs`` false, ``top_logprobs`` 0, empty
+  ``logit_bias`` / ``tools`` / ``functions``, ``tool_choice`` none/auto, ``response_format`` text,
+  ``modalities`` [text]; ``user``, ``metadata``, ``store``, ``service_tier``, ``parallel_tool_calls``,
+  ``prediction``, ``reasoning_effort``, ``verbosity``, ``safety_identifier``, ``prompt_cache_key`` are
+  ignored. Any other value of those (``logprobs: true``, tools, JSON mode ...) and any unknown field is
+  a 400 naming it. The answer is a ``chat.completion`` (``finish_reason`` "stop" or "length"; a
+  deadline also ends as "length"), or with ``stream`` server-sent events ``data: {chat.completion.chunk}``:
+  the role first, content deltas, a chunk with ``finish_reason``, the usage chunk (``choices: []``)
+  when asked for, then ``data: [DONE]``.
+- ``POST /v1/completions``: the same for a ``prompt`` string (default ``max_tokens`` 16, as OpenAI's);
+  ``choices[0].text``; streams ``text_completion`` chunks. ``GET /v1/models[/{model}]``: the
+  text-generation models served.
+- ``POST /v2/models/{name}[/versions/{v}]/generate``: ``{"text_input", "parameters": {max_tokens,
+  temperature, top_p, top_k, min_p, repetition_penalty, seed, stop / stop_words, ignore_eos}}`` (top-level
+  keys count as parameters too; defaults: the SDK's, greedy, 256 tokens at most) ->
+  ``{"model_name", "model_version", "text_output", "finish_reason"}``; ``/generate_stream``: SSE
+  events ``data: {"text_output": delta, "model_name", "model_version"}``, the last with
+  ``finish_reason``; an error after the stream began is an event ``{"error": message}``. For a decoder,
+  ``GET /v2/models/{name}`` answers ``platform`` "text-generation" with ``text_input`` /
+  ``text_output`` BYTES, ``/ready`` as for any model, and ``/infer`` a 400 pointing to ``/generate``.
+- Errors: OpenAI's ``{"error": {"message", "type", "param", "code"}}`` on ``/v1`` (401 included),
+  ``{"error": message}`` on ``/v2``: 400 bad parameters or prompt (the SDK's OptionsError,
+  SamplingError, PromptError, TemplateError; ContextBudgetError has code
+  ``context_length_exceeded``), 404 unknown model, 413 body too large, 429 (``/v1``) / 503 (``/v2``)
+  with ``Retry-After`` when the model has ``queue_size`` generations waiting besides the running one
+  or the engine raises GenerationBusyError, 504 still queued past ``timeout_s``, 500 model failure.
+- Each generation runs on a thread of its model's pool, one delta at a time, so the event loop never
+  waits on a model; a non-streaming generation gets ``timeout_s`` as its deadline (the text so far
+  comes back); a client that disconnects cancels its generation before the next token; stopping the
+  server cancels the running ones (their streams end with an error event).
+- ``/metrics``: ``edge_sdk_serve_generate_requests_total`` by model, route (``chat_completions``,
+  ``completions``, ``generate``, ``generate_stream``) and code (499: the client left first),
+  ``..._prompt_tokens_total``, ``..._completion_tokens_total``, ``..._ttft_seconds_sum`` / ``_count``
+  (arrival to the first text delta), ``..._duration_seconds_sum`` / ``_count``, ``..._finish_total``
+  by reason (``error`` too), ``..._in_flight`` and ``..._capacity``, ``edge_sdk_serve_model_ready``;
+  and a DecoderModel's own ``edge_sdk_generation_*`` series.
+
 Queueing and batching (:mod:`edge_sdk.serve.batching`): each model has a worker thread and a queue
 of at most ``queue_size`` waiting requests; when full the answer is 503 with ``Retry-After``
 (seconds, at least 1: the waiting requests times the recent service time per request). A model
@@ -44,7 +92,8 @@ Security: the server binds 127.0.0.1 unless told otherwise. With ``ServeOptions.
 endpoint except ``/v2/health/live`` and ``/v2/health/ready`` needs ``Authorization: Bearer <token>``
 (401 with ``WWW-Authenticate: Bearer`` otherwise; compared in constant time; never logged). Health
 checks stay open so that orchestrator probes need no secret and reveal nothing but liveness;
-``/metrics`` and model metadata are protected (they name the models). TLS: ``Server(tls_cert=,
+``/metrics``, model metadata and ``/v1`` are protected (they name the models; the OpenAI client's
+``api_key`` is the token). TLS: ``Server(tls_cert=,
 tls_key=)`` (PEM files, passed to uvicorn).
 """
 

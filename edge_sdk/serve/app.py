@@ -34,9 +34,10 @@ from ..errors import InputError, OptionsError
 from ..model import Model
 from ..remote import protocol
 from ..telemetry import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from ..telemetry import Registry, Sample, model_samples
+from ..telemetry import Registry, Sample, Trackable, model_samples
 from ..validation import InputValidator
 from .batching import Job, ModelWorker, QueueFullError, WorkerStoppedError, stack_key
+from .generate_api import GenerateAPI, is_text_generator, openai_error
 from .options import ServeOptions
 
 __all__ = ["PLATFORMS", "SERVER_NAME", "ServedModel", "create_app"]
@@ -47,6 +48,7 @@ SERVER_NAME = "edge-sdk"
 #: backend -> v2 ``platform`` (Triton's spelling for ONNX Runtime and TFLite models).
 PLATFORMS = {"onnxruntime": "onnxruntime_onnx", "litert": "tensorflow_lite"}
 HEALTH_PATHS = frozenset({"/v2/health/live", "/v2/health/ready"})
+GENERATE_EXTENSION = "generate"  # Triton's generate extension, listed when a text-generation model is served
 _UNKNOWN = "(unknown)"  # the model label of requests for models not served (bounded label values)
 
 
@@ -194,24 +196,45 @@ class BearerAuth:
             return
         challenge = 'Bearer realm="edge-sdk"' + (', error="invalid_token"' if given is not None else "")
         msg = "a valid 'Authorization: Bearer <token>' header is required" if given is None else "the bearer token is not valid"
-        await _error(401, msg, {"WWW-Authenticate": challenge})(scope, receive, send)
+        headers = {"WWW-Authenticate": challenge}
+        if _is_openai_path(scope["path"]):
+            code = "missing_api_key" if given is None else "invalid_api_key"
+            await openai_error(401, msg, code=code, headers=headers)(scope, receive, send)
+            return
+        await _error(401, msg, headers)(scope, receive, send)
+
+
+def _is_openai_path(path: str) -> bool:
+    return path == "/v1" or path.startswith("/v1/")
+
+
+def _name_of(m: Any) -> str:
+    """The manifest name of a Model (``.manifest``) or a text generator (``.package.manifest``)."""
+    manifest = getattr(m, "manifest", None) or getattr(getattr(m, "package", None), "manifest", None)
+    if manifest is None:
+        raise TypeError(f"expected an edge_sdk Model or DecoderModel, got {type(m).__name__}")
+    return str(manifest.name)
 
 
 class _App:
     """The state behind the routes."""
 
-    def __init__(self, models: Mapping[str, Model] | Sequence[Model], options: ServeOptions) -> None:
+    def __init__(self, models: Mapping[str, Any] | Sequence[Any], options: ServeOptions) -> None:
         self.options = options
         self.served: dict[str, ServedModel] = {}
-        items = list(models.items()) if isinstance(models, Mapping) else [(m.manifest.name, m) for m in models]
+        decoders: dict[str, Any] = {}
+        items = list(models.items()) if isinstance(models, Mapping) else [(_name_of(m), m) for m in models]
         if not items:
             raise ValueError("create_app: expected at least one model")
         for name, m in items:
-            if not isinstance(m, Model):
-                raise TypeError(f"model {name!r}: expected an edge_sdk Model, got {type(m).__name__}")
+            if not isinstance(m, Model) and not is_text_generator(m):
+                raise TypeError(f"model {name!r}: expected an edge_sdk Model or DecoderModel, got {type(m).__name__}")
             protocol.model_path(name)  # a usable URL segment (no '/', '?', '#')
-            if name in self.served:
+            if name in self.served or name in decoders:
                 raise OptionsError(f"two models are named {name!r}; pass a mapping name -> model to serve them under different names")
+            if not isinstance(m, Model):  # text generation: /v1 and the generate extension
+                decoders[name] = m
+                continue
             model_max = m._max_batch()
             outputs_batched = all(s.shape and not isinstance(s.shape[0], int) for s in m.outputs)
             cap = model_max if options.max_batch_size is None else min(options.max_batch_size, model_max)
@@ -222,9 +245,17 @@ class _App:
             run = m.session.run if tm is None else tm.timed(m.session.run)
             worker = ModelWorker(name, run, max_batch=max_batch, max_delay_s=delay_s, queue_size=options.queue_size)
             self.served[name] = ServedModel(name, m, worker, batching, InputValidator(m.inputs), tuple(s.name for s in m.outputs))
+        self.generation = GenerateAPI(decoders, options, tensor_models=list(self.served))
         self.registry = Registry()
         self.registry.add(self.samples)
+        self.registry.add(self.generation.samples)
         self.registry.add(model_samples([s.model for s in self.served.values()]))  # runtime histograms of the served models
+        for name, d in decoders.items():  # a decoder's own generation series (TTFT / TPOT histograms ...), when it has them
+            if isinstance(d, Trackable):
+                try:
+                    self.registry.track(d, name)
+                except OptionsError:  # one model served under two names: its series once
+                    pass
         self._unknown_requests: dict[int, int] = {}  # requests for models not served, by status code
         self._started = False
         self._stopping = False
@@ -235,28 +266,55 @@ class _App:
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         for s in self.served.values():
             s.worker.start()
+        self.generation.start()
         self._started, self._stopping = True, False
-        _log.info("serve: %d model(s) ready: %s", len(self.served), ", ".join(f"{n} {s.version}" for n, s in self.served.items()))
+        names = [f"{n} {s.version}" for n, s in self.served.items()] + [f"{n} {s.version}" for n, s in self.generation.served.items()]
+        _log.info("serve: %d model(s) ready: %s", len(names), ", ".join(names))
         try:
             yield
         finally:
-            self._stopping = True
+            self.begin_shutdown()
             await run_in_threadpool(self._stop_workers)
+
+    def begin_shutdown(self) -> None:
+        """Answer not-ready and cancel the running generations, so open streams end now rather than
+        holding the graceful shutdown (any thread; :meth:`Server.stop` calls it first)."""
+        self._stopping = True
+        self.generation.begin_shutdown()
 
     def _stop_workers(self) -> None:
         for s in self.served.values():
             s.worker.stop(5.0)
+        self.generation.stop(5.0)
 
     @property
     def ready(self) -> bool:
-        return self._started and not self._stopping and all(s.ready for s in self.served.values())
+        return self._started and not self._stopping and all(s.ready for s in self.served.values()) and self.generation.ready
+
+    def _decoder_reply(self, request: Request) -> Response | None:
+        """The answer of a v2 metadata / ready / infer route for a text-generation model (None: not one)."""
+        name = request.path_params["name"]
+        d = self.generation.served.get(name)
+        if d is None:
+            return None
+        version = request.path_params.get("version")
+        if version is not None and version != d.version:
+            return _error(404, f"model {name!r} has version {d.version!r}, not {version!r}")
+        path = request.url.path
+        if path.endswith("/infer"):
+            return _error(400, f"model {name!r} is a text-generation model: POST /v2/models/{name}/generate or /generate_stream "
+                               f"(Triton's generate extension) or /v1/chat/completions; /infer takes tensors")  # fmt: skip
+        if path.endswith("/ready"):
+            return Response(status_code=200 if self.generation.ready and not d.closed and not self._stopping else 503)
+        return JSONResponse(d.metadata())
 
     def _model(self, request: Request) -> ServedModel:
         name = request.path_params["name"]
         version = request.path_params.get("version")
         s = self.served.get(name)
         if s is None:
-            raise _Reply(404, f"model {name!r} is not served here; models: {sorted(self.served)}")
+            known = sorted(self.served) + sorted(self.generation.served)
+            raise _Reply(404, f"model {name!r} is not served here; models: {known}")
         if version is not None and version != s.version:
             raise _Reply(404, f"model {name!r} has version {s.version!r}, not {version!r}")
         return s
@@ -270,15 +328,22 @@ class _App:
         return Response(status_code=200 if self.ready else 503)
 
     async def server_metadata(self, request: Request) -> Response:
-        return JSONResponse({"name": SERVER_NAME, "version": __version__, "extensions": [protocol.BINARY_EXTENSION]})
+        extensions = [protocol.BINARY_EXTENSION] + ([GENERATE_EXTENSION] if self.generation.served else [])
+        return JSONResponse({"name": SERVER_NAME, "version": __version__, "extensions": extensions})
 
     async def model_metadata(self, request: Request) -> Response:
+        decoder = self._decoder_reply(request)
+        if decoder is not None:
+            return decoder
         try:
             return JSONResponse(self._model(request).metadata())
         except _Reply as r:
             return _error(r.status, r.message, r.headers)
 
     async def model_ready(self, request: Request) -> Response:
+        decoder = self._decoder_reply(request)
+        if decoder is not None:
+            return decoder
         try:
             s = self._model(request)
         except _Reply as r:
@@ -294,6 +359,10 @@ class _App:
         served: ServedModel | None = None
         status = 500
         try:
+            decoder = self._decoder_reply(request)
+            if decoder is not None:
+                status = decoder.status_code
+                return decoder
             served = self._model(request)
             body = await _read_body(request, self.options.max_body_bytes)
             headers = {k.lower(): v for k, v in request.headers.items()}
@@ -365,8 +434,9 @@ class _App:
             out += [
                 Sample("edge_sdk_serve_request_success_total", s.succeeded, "infer requests answered 200", "counter", lab),
                 Sample("edge_sdk_serve_request_failure_total", failed, "infer requests answered with an error status", "counter", lab),
-                Sample("edge_sdk_serve_request_duration_seconds_sum", s.duration_s, "successful requests, arrival to response", "counter",
-                       lab),  # fmt: skip
+                Sample(
+                    "edge_sdk_serve_request_duration_seconds_sum", s.duration_s, "successful requests, arrival to response", "counter", lab
+                ),  # fmt: skip
                 Sample("edge_sdk_serve_request_duration_seconds_count", s.succeeded, "successful requests timed", "counter", lab),
                 Sample("edge_sdk_serve_inference_count_total", st.rows, "rows inferred (a batch of n rows counts n)", "counter", lab),
                 Sample("edge_sdk_serve_execution_count_total", st.executions, "model calls", "counter", lab),
@@ -384,10 +454,13 @@ class _App:
         return out
 
 
-def create_app(models: Mapping[str, Model] | Sequence[Model], options: ServeOptions | None = None) -> Starlette:
+def create_app(models: Mapping[str, Any] | Sequence[Any], options: ServeOptions | None = None) -> Starlette:
     """A Starlette app serving ``models`` (a sequence: each under its manifest name; a mapping:
-    under the given names) over the Open Inference Protocol. Model workers start with the app's
-    lifespan and stop with it (bounded); the models stay open (the caller closes them).
+    under the given names) over the Open Inference Protocol; text-generation models (a
+    :class:`~edge_sdk.generation.DecoderModel`, or anything with its ``stream`` / ``encode`` /
+    ``render_chat`` / ``max_context`` / ``package``) over the OpenAI-compatible API and Triton's
+    generate extension too. Model workers start with the app's lifespan and stop with it
+    (bounded; running generations are cancelled); the models stay open (the caller closes them).
 
     ``app.state.serve`` is the state behind the routes; ``app.state.registry`` the telemetry
     :class:`~edge_sdk.telemetry.Registry` behind ``/metrics`` (add collectors to it)."""
@@ -396,6 +469,10 @@ def create_app(models: Mapping[str, Model] | Sequence[Model], options: ServeOpti
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
+        if _is_openai_path(request.url.path):
+            return openai_error(
+                exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", headers=getattr(exc, "headers", None)
+            )
         return _error(exc.status_code, str(exc.detail), getattr(exc, "headers", None))
 
     model = "/v2/models/{name}"
@@ -411,6 +488,7 @@ def create_app(models: Mapping[str, Model] | Sequence[Model], options: ServeOpti
         Route(version + "/ready", st.model_ready, methods=["GET"]),
         Route(model + "/infer", st.infer, methods=["POST"]),
         Route(version + "/infer", st.infer, methods=["POST"]),
+        *st.generation.routes(),
     ]
     middleware = [Middleware(BearerAuth, token=options.token)] if options.token else []
     app = Starlette(routes=routes, middleware=middleware, lifespan=st.lifespan, exception_handlers={HTTPException: http_error})

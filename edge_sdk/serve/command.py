@@ -1,7 +1,9 @@
 """The ``edge-sdk serve`` command (its arguments: :func:`edge_sdk.serve.options.add_arguments`).
 
-Loads each package with :func:`edge_sdk.load` (profile, variant selection, validation), serves them
-under their manifest names until SIGINT / SIGTERM, then stops (bounded) and closes the models.
+Loads each package with :func:`edge_sdk.load` (profile, variant selection, validation; a
+``text-generation`` package gives a DecoderModel, served over the OpenAI-compatible API and Triton's
+generate extension), serves them under their manifest names until SIGINT / SIGTERM, then stops
+(bounded) and closes the models.
 Prints ``edge-sdk serve: listening on <url>`` on stdout once the server answers (with ``--port 0``
 the URL has the port that was picked).
 """
@@ -15,6 +17,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 from ..cli_args import load_kwargs
 from ..errors import OptionsError
@@ -41,7 +44,8 @@ def read_token(args: argparse.Namespace) -> str | None:
 def run(args: argparse.Namespace) -> int:
     """Run ``edge-sdk serve`` with parsed arguments: load the packages, start the server and serve until SIGTERM or Ctrl-C;
     returns the exit status."""
-    from ..model import load_model
+    from ..model import Model, load
+    from ..package import ModelPackage, default_cache_dir
     from . import Server
 
     if (args.tls_cert is None) != (args.tls_key is None):
@@ -56,10 +60,22 @@ def run(args: argparse.Namespace) -> int:
     )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     kw = load_kwargs(args)
-    models = []
+    context = getattr(args, "context", None)
+    models: list[Any] = []
     try:
         for p in args.packages:
-            models.append(load_model(p, args.profile, **kw))
+            pkg = ModelPackage.open(p, cache_dir=default_cache_dir())  # opened once: load() takes it as it is
+            extra = {"context": context} if context and pkg.manifest.task == "text-generation" else {}
+            m: Any = load(pkg, args.profile, **kw, **extra)
+            if args.max_streams < 1:
+                print(f"edge-sdk: --max-streams: expected an int >= 1, got {args.max_streams}", file=sys.stderr)
+                return 2
+            if not isinstance(m, Model) and args.max_streams > 1:
+                # concurrent conversations: one engine owns the decode loop (continuous batching)
+                from ..generation.engine import EngineOptions, GenerationEngine
+
+                m = GenerationEngine(m, EngineOptions(max_streams=args.max_streams, queue_size=args.queue_size, speculative=args.speculative))
+            models.append(m)
         server = Server(
             models, options, host=args.host, port=args.port, tls_cert=args.tls_cert, tls_key=args.tls_key, access_log=args.access_log
         )
@@ -68,7 +84,14 @@ def run(args: argparse.Namespace) -> int:
         try:
             server.start()
             for m in models:
-                info = f"{m.manifest.name} {m.manifest.version}: variant {m.variant.id} on {m.session.info.backend}"
+                if isinstance(m, Model):
+                    info = f"{m.manifest.name} {m.manifest.version}: variant {m.variant.id} on {m.session.info.backend}"
+                else:
+                    man = m.package.manifest
+                    streams = f", {m.options.max_streams} streams" if hasattr(m, "options") else ""
+                    info = (f"{man.name} {man.version}: text generation, variant {m.variant.id}, "
+                            f"{m.max_context} KV tokens{streams} "
+                            f"(/v1/chat/completions, /v1/completions, /v2/models/{man.name}/generate)")  # fmt: skip
                 print(f"edge-sdk serve: {info}", flush=True)
             print(f"edge-sdk serve: listening on {server.url}" + (" (bearer token required)" if options.token else ""), flush=True)
             server.wait(stop)
@@ -78,4 +101,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for m in models:
             m.close()
+            inner = getattr(m, "model", None)  # an engine: close the model it ran on too
+            if inner is not None:
+                inner.close()
     return 0

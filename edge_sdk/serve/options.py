@@ -20,9 +20,11 @@ class ServeOptions:
     max_batch_size: rows per model call when the model's batch dim is dynamic (None: the model's own
     upper bound; 1 turns dynamic batching off). max_queue_delay_ms: how long the worker waits for
     more requests to fill a batch once it holds one. queue_size: requests waiting per model before
-    the server answers 503 with Retry-After. timeout_s: the most one infer request may spend queued
-    and running before a 504. max_body_bytes: the largest request body (413 past it, after
-    decompression too). token: the bearer token every endpoint but ``/v2/health/*`` requires (None:
+    the server answers 503 with Retry-After (a text-generation model: ``queue_size`` generations
+    waiting besides the running one; past that 429 on ``/v1``, 503 on ``/v2``). timeout_s: the most
+    one infer request may spend queued and running before a 504; for a non-streaming generation, its
+    deadline (the text so far comes back, finish_reason "length"). max_body_bytes: the largest
+    request body (413 past it, after decompression too). token: the bearer token every endpoint but ``/v2/health/*`` requires (None:
     no auth); it is left out of ``repr`` and never logged.
     """
 
@@ -66,12 +68,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one, printed on stdout)")
     add_device_arguments(p)
     add_load_arguments(p, variant_help="force this variant id (every package must have it)")  # no --result-cache: workers run the session
+    p.add_argument("--context", type=int, metavar="N",
+                   help="text-generation packages: KV tokens to allocate (default: from the memory budget)")  # fmt: skip
+    p.add_argument("--max-streams", type=int, default=4, metavar="N",
+                   help="text-generation packages: conversations decoded together by one engine (continuous batching; "
+                        "default 4; 1: one at a time through the model's own loop)")  # fmt: skip
+    p.add_argument("--speculative", choices=["prompt-lookup"],
+                   help="text-generation packages: speculative decoding while one stream runs (drafts from the prompt)")  # fmt: skip
     p.add_argument("--max-batch", type=int, help="rows per model call when the batch dim is dynamic (default: the model's bound; 1: off)")
     p.add_argument("--max-delay-ms", type=float, default=d.max_queue_delay_ms,
                    help=f"how long to wait for more requests to fill a batch (default {d.max_queue_delay_ms:g})")  # fmt: skip
-    p.add_argument("--queue-size", type=int, default=d.queue_size, help=f"waiting requests per model before 503 (default {d.queue_size})")
+    p.add_argument("--queue-size", type=int, default=d.queue_size,
+                   help=f"waiting requests per model before 503 (429 on /v1; default {d.queue_size})")  # fmt: skip
     p.add_argument("--timeout-s", type=float, default=d.timeout_s,
-                   help=f"per-request limit (queued + running) before 504 (default {d.timeout_s:g})")  # fmt: skip
+                   help=f"per-request limit (queued + running) before 504; a non-streaming generation's deadline (default {d.timeout_s:g})")  # fmt: skip
     auth = p.add_mutually_exclusive_group()
     auth.add_argument("--token-env", metavar="VAR", help="require 'Authorization: Bearer <token>', the token in this environment variable")
     auth.add_argument("--token-file", metavar="F", help="require 'Authorization: Bearer <token>', the token read from this file")

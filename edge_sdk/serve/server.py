@@ -31,8 +31,9 @@ class ServeError(EdgeSDKError, RuntimeError):
 
 
 class Server:
-    """Serve ``app`` (a Starlette app from :func:`create_app`, or models to make one from with
-    ``options``) on ``host:port`` (``port=0``: a free port, see :attr:`port` and :attr:`url`).
+    """Serve ``app`` (a Starlette app from :func:`create_app`, or models -- Models and
+    DecoderModels -- to make one from with ``options``) on ``host:port`` (``port=0``: a free port,
+    see :attr:`port` and :attr:`url`). :meth:`stop` cancels running generations first.
 
     ``tls_cert`` / ``tls_key``: PEM files; both or neither. ``access_log``: request lines go to
     uvicorn's ``uvicorn.access`` logger (request line and status only: headers, hence tokens, are
@@ -53,9 +54,10 @@ class Server:
         graceful_s: int = 5,
     ) -> None:
         from .app import create_app
+        from .generate_api import is_text_generator
 
-        if isinstance(app, (Mapping, Sequence, Model)):
-            app = create_app([app] if isinstance(app, Model) else app, options)
+        if isinstance(app, (Mapping, Sequence, Model)) or is_text_generator(app):
+            app = create_app([app] if isinstance(app, Model) or is_text_generator(app) else app, options)
         elif options is not None:
             raise OptionsTypeError("Server: options go with models; an app was already made with its own")
         if (tls_cert is None) != (tls_key is None):
@@ -155,6 +157,13 @@ class Server:
         server thread ended. Safe to call more than once."""
         ended = True
         if self._server is not None and self._thread is not None:
+            state = getattr(getattr(self.app, "state", None), "serve", None)
+            begin = getattr(state, "begin_shutdown", None)
+            if callable(begin):  # cancel running generations: an open stream would hold the graceful shutdown
+                try:
+                    begin()
+                except Exception:  # noqa: BLE001  # stopping must go on
+                    _log.exception("serve: cancelling the running generations failed")
             self._server.should_exit = True
             self._thread.join(timeout_s * 0.8)
             if self._thread.is_alive():
