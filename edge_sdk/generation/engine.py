@@ -61,6 +61,7 @@ from .decoder import TextStream
 from .prefix_cache import PrefixCache
 from .results import GenerationResult
 from .sequence import GenerationState, Request
+from .speculative import AdaptiveDraftLength, PromptLookupDrafter, verify, verify_greedy, warped_rows
 
 if TYPE_CHECKING:  # pragma: no cover
     from .decoder import DecoderModel
@@ -179,8 +180,6 @@ class GenerationEngine:
                 raise GenerationError(
                     f"speculative={opts.speculative!r}: the package's graph has no logits_to_keep input (converted by an older edge-convert llm); reconvert it"
                 )
-            from .speculative import AdaptiveDraftLength, PromptLookupDrafter
-
             self._spec = (PromptLookupDrafter(max_ngram=3, min_ngram=2), AdaptiveDraftLength(k_max=min(opts.max_draft, 16)))
         self._thread = threading.Thread(target=self._loop, name=f"edge-sdk-engine-{model.package.manifest.name}", daemon=True)
         self._thread.start()
@@ -189,15 +188,28 @@ class GenerationEngine:
 
     @property
     def package(self) -> Any:
+        """The model's package."""
         return self.model.package
 
     @property
     def spec(self) -> Any:
+        """The package's ``[generation]`` table."""
         return self.model.spec
 
     @property
     def provenance(self) -> Any:
+        """The model's provenance (every result carries it)."""
         return self.model.provenance
+
+    @property
+    def variant(self) -> Any:
+        """The variant the model runs."""
+        return self.model.variant
+
+    @property
+    def capacity(self) -> int:
+        """Generations that may run or wait before ``stream()`` refuses: max_streams + queue_size."""
+        return self.options.max_streams + self.options.queue_size
 
     @property
     def max_context(self) -> int:
@@ -205,13 +217,16 @@ class GenerationEngine:
         return self.slot_tokens
 
     def encode(self, prompt: Any) -> list[int]:
+        """The token ids a generation would run for ``prompt`` (``DecoderModel.encode``)."""
         return self.model.encode(prompt)
 
     def render_chat(self, messages: Any, *, add_generation_prompt: bool = True) -> str:
+        """The prompt the chat template makes of ``messages`` (``DecoderModel.render_chat``)."""
         return self.model.render_chat(messages, add_generation_prompt=add_generation_prompt)
 
     @property
     def closed(self) -> bool:
+        """True once ``close()`` ran."""
         return self._closed
 
     def __enter__(self) -> "GenerationEngine":
@@ -490,8 +505,6 @@ class GenerationEngine:
         """One step of the only running stream: a draft verified in one pass (Leviathan et al.,
         :func:`~edge_sdk.generation.speculative.verify`), or a plain step when the draft length
         controller says drafting does not pay (or there is no draft)."""
-        from .speculative import verify, verify_greedy, warped_rows
-
         drafter, adapt = self._spec
         k = min(adapt.choose(), self.slot_tokens - s.pos - 1, s.req.max_new - len(s.seq.out) - 1)
         draft = drafter.draft(np.asarray(s.req.ids + s.seq.out, dtype=np.int64), k) if k > 0 else []

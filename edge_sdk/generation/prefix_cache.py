@@ -39,6 +39,7 @@ class PrefixEntry:
 
     @property
     def tokens(self) -> int:
+        """Tokens the snapshot holds."""
         return int(self.ids.shape[0])
 
 

@@ -10,6 +10,10 @@
   :func:`remote_model`, an edge_sdk Model that validates and decodes like a local one.
 - :mod:`edge_sdk.remote.router`: :class:`Router`, local first, offload when local capacity is
   exceeded; every result says where it was served and why.
+- :mod:`edge_sdk.remote.openai_client`: :class:`OpenAIClient`, the same transport for
+  OpenAI-compatible generation servers (chat and completions, streamed as server-sent events).
+- :mod:`edge_sdk.remote.generation_router`: :class:`GenerationRouter`, local generation first,
+  offload (of a running stream too) to an OpenAI-compatible server.
 - :mod:`edge_sdk.remote.errors`: the ``RemoteError`` tree.
 
 The names below are importable from here (``from edge_sdk.remote import Router, RemoteClient,
@@ -40,6 +44,16 @@ if TYPE_CHECKING:  # for type checkers and readers: the same names, imported eag
         RemoteTLSError,
         RemoteUnavailableError,
     )
+    from .generation_router import GenerationRouter, GenerationRouterOptions
+    from .openai_client import (
+        OpenAIClient,
+        OpenAIResult,
+        OpenAIStream,
+        StreamInterruptedError,
+        StreamProtocolError,
+        StreamTimeoutError,
+        StreamUnavailableError,
+    )
     from .privacy import MODES, PrivacyPolicy
     from .protocol import InferRequest, InferResponse, ProtocolError
     from .retry import RETRY_STATUSES, RetryBudget, RetryPolicy, parse_retry_after
@@ -50,12 +64,17 @@ _LAZY = {
     "CLOSED": "breaker",
     "CircuitBreaker": "breaker",
     "CircuitOpenError": "errors",
+    "GenerationRouter": "generation_router",
+    "GenerationRouterOptions": "generation_router",
     "HALF_OPEN": "breaker",
     "InferRequest": "protocol",
     "InferResponse": "protocol",
     "MODES": "privacy",
     "ModelMetadata": "client",
     "OPEN": "breaker",
+    "OpenAIClient": "openai_client",
+    "OpenAIResult": "openai_client",
+    "OpenAIStream": "openai_client",
     "PrivacyError": "errors",
     "PrivacyPolicy": "privacy",
     "ProtocolError": "protocol",
@@ -83,6 +102,10 @@ _LAZY = {
     "RouterOptions": "router",
     "RouterTimeoutError": "router",
     "ServerMetadata": "client",
+    "StreamInterruptedError": "openai_client",
+    "StreamProtocolError": "openai_client",
+    "StreamTimeoutError": "openai_client",
+    "StreamUnavailableError": "openai_client",
     "TRIGGERS": "router",
     "TensorMetadata": "client",
     "check_compatible": "session",
