@@ -348,6 +348,7 @@ def cmd_llm(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         prefer=args.prefer,
         kv_dtype=args.kv_dtype,
+        draft_layers=args.draft_layers,
     )
     res = convert_llm(args.source, args.out, opts, log=None if args.json else (lambda m: print(m, flush=True)))
     if args.json:
@@ -442,6 +443,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--prefer", choices=("perplexity", "speed"), default="perplexity",
                    help="among int4 candidates that pass the gate keep the lowest perplexity (default) or the fastest measured TPOT")  # fmt: skip
     p.add_argument("--kv-dtype", choices=("float32", "float16"), default="", help="KV cache dtype (default: the compute type; float16 halves KV bytes)")
+    p.add_argument("--draft-layers", type=int, metavar="N",
+                   help="keep the first N layers (with the final norm and head): a self-speculation draft package sharing the model's tokenizer")  # fmt: skip
     p.add_argument("--block-size", type=int, default=32, help="int4/int8 block size (default 32)")
     p.add_argument("--accuracy-level", type=int, default=4, help="MatMulNBits accuracy_level (4: int8 activations, fast on CPU; 0: exact)")
     p.add_argument("--gate", action="append", default=[], metavar="PRECISION=GAP",

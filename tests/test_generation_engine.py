@@ -17,7 +17,7 @@ import pytest
 
 import edge_sdk
 from edge_sdk.backends.ort_decoder import DecoderShape, KVSlots
-from edge_sdk.errors import GenerationBusyError, OptionsError, PromptError, SessionClosedError
+from edge_sdk.errors import GenerationBusyError, GenerationError, OptionsError, PromptError, SessionClosedError
 from edge_sdk.generation import EngineOptions, GenerationEngine
 from edge_sdk.generation.prefix_cache import PrefixCache, _block_keys
 
@@ -297,3 +297,88 @@ def test_seeded_sampled_speculation_keeps_the_target_distribution(model: Any) ->
         spec = [eng.generate(text, seed=100 + s, **kw).token_ids[1] for s in range(60)]
     top = max(set(plain), key=plain.count)
     assert abs(plain.count(top) - spec.count(top)) <= 20  # same share within sampling noise (60 draws each)
+
+
+@pytest.fixture(scope="module")
+def draft(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Self-speculation: the tiny model's own first 2 of 4 layers with its head (edge-convert llm --draft-layers 2)."""
+    from converters.cli import main as convert_main
+
+    out = tmp_path_factory.mktemp("draft") / "pkg"
+    tiny = Path(__file__).resolve().parents[1] / "tools" / "fixtures" / "tiny_llm"
+    rc = convert_main(
+        [
+            "llm",
+            str(tiny),
+            "--to",
+            "fp32",
+            "--draft-layers",
+            "2",
+            "--out",
+            str(out),
+            "--eval-text",
+            str(tiny / "heldout.txt"),
+            "--no-timing",
+        ]
+    )
+    assert rc == 0
+    m = edge_sdk.load(out, "generic-x86_64", threads=1)
+    yield m
+    m.close()
+
+
+def test_draft_model_speculation_is_exact_in_greedy_and_needs_the_same_tokenizer(model: Any, draft: Any, tiny_llm_package: Path) -> None:
+    assert draft.spec.n_layers == 2 and draft.package.manifest.name.endswith("-draft2") and "draft" in draft.spec.source
+    want = [model.generate(p, max_new_tokens=30, ignore_eos=True).token_ids for p in PROMPTS[:3]]
+    with GenerationEngine(model, EngineOptions(max_streams=1, speculative="draft", prefix_cache=False), draft=draft) as eng:
+        got = [eng.generate(p, max_new_tokens=30, ignore_eos=True) for p in PROMPTS[:3]]
+        assert [r.token_ids for r in got] == want  # fp32 is batch-invariant: verification changes nothing
+        spec = [r.details.get("speculation") for r in got]
+        assert any(x is not None and x["accepted"] > 0 for x in spec)
+        # sampled: Leviathan's rule with the draft's q rows; repeatable with a seed
+        kw = {"max_new_tokens": 12, "temperature": 0.8, "seed": 3, "ignore_eos": True}
+        assert eng.generate(PROMPTS[0], **kw).token_ids == eng.generate(PROMPTS[0], **kw).token_ids
+    with pytest.raises(OptionsError, match="draft"):
+        GenerationEngine(model, EngineOptions(speculative="prompt-lookup"), draft=draft)
+
+
+def test_a_draft_with_another_tokenizer_is_refused(model: Any, tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    from converters.cli import main as convert_main
+
+    tiny = Path(__file__).resolve().parents[1] / "tools" / "fixtures" / "tiny_llm"
+    src = tmp_path / "src"
+    shutil.copytree(tiny, src)
+    tok = json.loads((src / "tokenizer.json").read_text())
+    vocab = tok["model"]["vocab"]
+    a, b = sorted(vocab, key=vocab.get)[300:302]
+    vocab[a], vocab[b] = vocab[b], vocab[a]  # same size, two ids swapped: another tokenizer
+    (src / "tokenizer.json").write_text(json.dumps(tok))
+    out = tmp_path / "pkg"
+    assert (
+        convert_main(
+            [
+                "llm",
+                str(src),
+                "--to",
+                "fp32",
+                "--draft-layers",
+                "1",
+                "--out",
+                str(out),
+                "--eval-text",
+                str(tiny / "heldout.txt"),
+                "--no-timing",
+                "--force",
+            ]
+        )
+        == 0
+    )
+    foreign = edge_sdk.load(out, "generic-x86_64", threads=1)
+    try:
+        with pytest.raises(GenerationError, match="must share the tokenizer"):
+            GenerationEngine(model, EngineOptions(speculative="draft"), draft=foreign)
+    finally:
+        foreign.close()

@@ -24,7 +24,7 @@ import platform
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -87,12 +87,17 @@ class LLMConvertOptions:
     overwrite: bool = False
     prefer: str = "perplexity"  # among int4 candidates that pass: "perplexity" (lowest) or "speed" (lowest measured TPOT)
     kv_dtype: str = ""  # "" (the compute type), "float32" or "float16" (half the KV bytes per token)
+    #: Keep only the first N decoder layers (and the final norm and head): a self-speculation draft
+    #: of the full model that shares its tokenizer. Measured and gated against its own float reference.
+    draft_layers: int | None = None
 
     def __post_init__(self) -> None:
         if self.kv_dtype not in ("", "float32", "float16"):
             raise LLMConvertError(f"--kv-dtype: expected float32 or float16, got {self.kv_dtype!r}")
         if self.prefer not in ("perplexity", "speed"):
             raise LLMConvertError(f"--prefer: expected perplexity or speed, got {self.prefer!r}")
+        if self.draft_layers is not None and (isinstance(self.draft_layers, bool) or not isinstance(self.draft_layers, int) or self.draft_layers < 1):
+            raise LLMConvertError(f"--draft-layers: expected an int >= 1, got {self.draft_layers!r}")
         bad = [t for t in self.targets if t not in TARGETS]
         if bad or not self.targets:
             raise LLMConvertError(f"--to: expected a comma list of {list(TARGETS)}, got {list(self.targets)}")
@@ -342,6 +347,11 @@ def convert_llm(source: str | os.PathLike[str], out: str | os.PathLike[str], opt
     t_all = time.perf_counter()
     src = read_source(source)
     cfg = src.config
+    if opts.draft_layers is not None:
+        if opts.draft_layers >= cfg.n_layers:
+            raise LLMConvertError(f"--draft-layers {opts.draft_layers}: the model has {cfg.n_layers} layers; a draft keeps fewer")
+        cfg = replace(cfg, n_layers=opts.draft_layers)  # the graph, the reference and the measures read the first N
+        src = replace(src, config=cfg)
     _log(log, f"{src.source_kind} {Path(str(source)).name}: {cfg.architecture}, {cfg.n_layers} layers, d_model {cfg.d_model}, heads {cfg.n_heads}/{cfg.n_kv_heads}, vocab {cfg.vocab_size}")
     text = opts.eval_text if opts.eval_text is not None else default_eval_text()
     all_ids = _eval_ids(src, text, len(text) + 1)
@@ -513,10 +523,11 @@ def _write_package(
         eos_token_ids=tuple(cfg.eos_token_ids),
         pad_token_id=cfg.pad_token_id,
         add_bos=bool(getattr(src, "add_bos", False)) and cfg.bos_token_id is not None,
-        source=f"{Path(src.source_path).name} sha256 {src.source_sha256}",
+        source=f"{Path(src.source_path).name} sha256 {src.source_sha256}"
+        + (f" (its first {cfg.n_layers} layers: a speculative-decoding draft)" if opts.draft_layers else ""),
     )
     manifest = Manifest(
-        name=opts.name or (src.name or Path(src.source_path).stem).replace(" ", "-").lower(),
+        name=opts.name or (src.name or Path(src.source_path).stem).replace(" ", "-").lower() + (f"-draft{cfg.n_layers}" if opts.draft_layers else ""),
         version=opts.version,
         task="text-generation",
         description=f"{cfg.architecture} decoder, {cfg.n_layers} layers, converted by edge-convert llm from {Path(src.source_path).name}",

@@ -60,8 +60,9 @@ from ..errors import GenerationBusyError, GenerationError, OptionsError, Session
 from .decoder import TextStream
 from .prefix_cache import PrefixCache
 from .results import GenerationResult
+from .sampling import Sampler
 from .sequence import GenerationState, Request
-from .speculative import AdaptiveDraftLength, PromptLookupDrafter, verify, verify_greedy, warped_rows
+from .speculative import AdaptiveDraftLength, ModelDrafter, PromptLookupDrafter, verify, verify_greedy, warped_rows
 
 if TYPE_CHECKING:  # pragma: no cover
     from .decoder import DecoderModel
@@ -69,7 +70,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["EngineOptions", "GenerationEngine"]
 
 _END = object()
-SPECULATIVE_MODES = (None, "prompt-lookup")
+SPECULATIVE_MODES = (None, "prompt-lookup", "draft")
 
 
 def _int(name: str, v: object, lo: int) -> None:
@@ -86,7 +87,7 @@ class EngineOptions:
     prefill pass while other streams decode. prefix_cache / prefix_block: keep prompt-prefix KV, in
     blocks of this many tokens. kv_budget_tokens: the KV budget for all streams and the prefix cache
     (None: the model's plan from the profile's memory budget, else max_streams x the slot length).
-    speculative: None or "prompt-lookup". max_draft: the longest draft.
+    speculative: None, "prompt-lookup", or "draft" (a draft model passed to the engine). max_draft: the longest draft.
     """
 
     max_streams: int = 4
@@ -131,6 +132,7 @@ class _Stream:
     spec_drafted: int = 0
     spec_accepted: int = 0
     spec_passes: int = 0
+    draft_sampler: Any = None  # a draft model's own sampler (its draws are q's, not the target's)
 
     @property
     def req(self) -> Request:
@@ -142,7 +144,7 @@ class GenerationEngine:
     module docs). ``stream``/``generate``/``chat`` take the keywords of ``DecoderModel.stream`` and may
     be called from any thread; the engine's own thread runs the model."""
 
-    def __init__(self, model: "DecoderModel", options: EngineOptions | None = None) -> None:
+    def __init__(self, model: "DecoderModel", options: EngineOptions | None = None, *, draft: "DecoderModel | None" = None) -> None:
         opts = options or EngineOptions()
         if not isinstance(opts, EngineOptions):
             raise OptionsError(f"options: expected EngineOptions, got {type(opts).__name__}")
@@ -175,14 +177,34 @@ class GenerationEngine:
         self.refused = 0
         self.batch_hist = [0] * (opts.max_streams + 1)
         self._spec: Any = None
+        self.draft = draft
+        if (opts.speculative == "draft") != (draft is not None) and not self._strict:
+            raise OptionsError('draft: a draft model goes with speculative="draft" (and only with it)')
         if opts.speculative is not None:
             if not self._dec.keeps_logits:
                 raise GenerationError(
                     f"speculative={opts.speculative!r}: the package's graph has no logits_to_keep input (converted by an older edge-convert llm); reconvert it"
                 )
-            self._spec = (PromptLookupDrafter(max_ngram=3, min_ngram=2), AdaptiveDraftLength(k_max=min(opts.max_draft, 16)))
+            drafter: Any = PromptLookupDrafter(max_ngram=3, min_ngram=2)
+            if draft is not None:
+                drafter = ModelDrafter(self._draft_session(draft))
+            self._spec = (drafter, AdaptiveDraftLength(k_max=min(opts.max_draft, 16)))
+        self._spec_stream: _Stream | None = None
         self._thread = threading.Thread(target=self._loop, name=f"edge-sdk-engine-{model.package.manifest.name}", daemon=True)
         self._thread.start()
+
+    def _draft_session(self, draft: "DecoderModel") -> Any:
+        """The draft model's own session, after checking that it shares the target's tokenizer."""
+        sess = draft._sess
+        if sess is None:
+            raise SessionClosedError(f"draft model {draft.package.manifest.name} is closed")
+        mine, theirs = self.model.spec, draft.spec
+        if mine.tokenizer.sha256 != theirs.tokenizer.sha256 or mine.vocab_size != theirs.vocab_size:
+            raise GenerationError(
+                f"draft model {draft.package.manifest.name}: its tokenizer ({theirs.tokenizer.sha256[:12]}, {theirs.vocab_size} ids) is not "
+                f"the target's ({mine.tokenizer.sha256[:12]}, {mine.vocab_size} ids); a draft must share the tokenizer"
+            )
+        return sess
 
     # -- the model's face ------------------------------------------------------------------
 
@@ -506,24 +528,40 @@ class GenerationEngine:
         :func:`~edge_sdk.generation.speculative.verify`), or a plain step when the draft length
         controller says drafting does not pay (or there is no draft)."""
         drafter, adapt = self._spec
+        if self._spec_stream is not s:  # a new stream: the draft model's KV starts over
+            self._spec_stream = s
+            if isinstance(drafter, ModelDrafter):
+                drafter.reset()
         k = min(adapt.choose(), self.slot_tokens - s.pos - 1, s.req.max_new - len(s.seq.out) - 1)
-        draft = drafter.draft(np.asarray(s.req.ids + s.seq.out, dtype=np.int64), k) if k > 0 else []
+        t0 = time.perf_counter()
+        q = None
+        seq_tokens = np.asarray(s.req.ids + s.seq.out, dtype=np.int64)
+        if k <= 0:
+            draft: list[int] = []
+        elif isinstance(drafter, ModelDrafter):
+            if s.draft_sampler is None:  # its own generator, seeded from the stream's: repeatable, independent of the target's draws
+                s.draft_sampler = Sampler(s.req.params, self.model.spec.vocab_size)
+                s.draft_sampler.reset((int(s.seq.sampler.seed or 0) * 2654435761 + 1) % 2**63)
+            dsampler = s.draft_sampler
+            draft, q = drafter.draft(seq_tokens, k, None if s.req.params.greedy else dsampler, s.seq.history())
+        else:
+            draft = drafter.draft(seq_tokens, k)
         if not draft:
             t0 = time.perf_counter()
             self._decode([s])
             adapt.observe_step(time.perf_counter() - t0)
             adapt.update(0, 0)  # a plain step: the controller counts them to probe again
             return
-        t0 = time.perf_counter()
+        tv = time.perf_counter()
         logits = self._dec.verify(s.slot, [s.pending, *draft], s.pos)
-        s.seq.decode_s += time.perf_counter() - t0
+        s.seq.decode_s += time.perf_counter() - tv
         params = s.req.params
         if params.greedy and params.repetition_penalty == 1.0:
             toks, n_acc = verify_greedy(logits, draft)
         else:  # the target's distributions after the same warping the sampler applies, row by row
             p = warped_rows(s.seq.sampler, logits, s.seq.history(), draft)
-            toks, n_acc = verify_greedy(p, draft) if params.greedy else verify(p, draft, None, s.seq.sampler.rng)
-        adapt.observe_cost(len(draft), time.perf_counter() - t0)  # the pass and the verification: what drafting costs
+            toks, n_acc = verify_greedy(p, draft) if params.greedy else verify(p, draft, q, s.seq.sampler.rng)
+        adapt.observe_cost(len(draft), time.perf_counter() - t0)  # drafting, the pass and the verification: what a draft costs
         adapt.update(len(draft), n_acc)
         self.steps += 1
         self.batch_hist[1] += 1

@@ -14,6 +14,9 @@ The pieces, each independent of the model runtime (``decoder.py`` wires them int
 * :class:`PromptLookupDrafter`: drafts by copying what followed the latest earlier occurrence of the last
   ``n`` tokens (prompt lookup decoding). It needs no draft model; its drafts are deterministic, so their
   draft distribution ``q`` is a point mass;
+* :class:`ModelDrafter`: drafts with a smaller decoder that shares the tokenizer (another model, or the
+  target's own first layers: ``edge-convert llm --draft-layers N``), sampled with the same warping, so
+  its ``q`` rows go to :func:`verify`;
 * :func:`verify` (Leviathan et al.'s Algorithm 1, one sequence) and :func:`verify_greedy` (its temperature-0
   special case on argmax ids);
 * :class:`AdaptiveDraftLength`: a deterministic controller choosing ``k`` per step from the measured
@@ -28,7 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Sequence, Union
+from typing import Any, Mapping, Sequence, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -39,6 +42,7 @@ from .sampling import History, Sampler
 __all__ = [
     "DEFAULT_VERIFY_COST",
     "AdaptiveDraftLength",
+    "ModelDrafter",
     "PromptLookupDrafter",
     "SpeculationStats",
     "expected_tokens",
@@ -180,6 +184,69 @@ class PromptLookupDrafter:
                 start = int(found[-1]) + n
                 return [int(t) for t in seq[start : start + k]]
         return []
+
+
+class ModelDrafter:
+    """Drafts with a draft model's decoder session (anything with ``prefill(ids)``, ``step(id)``,
+    ``reset(position)``, ``position`` and ``max_len``, e.g. an
+    :class:`~edge_sdk.backends.ort_decoder.OrtDecoderSession`) that shares the target's tokenizer.
+
+    The draft's KV keeps the longest prefix of the sequence it has seen: each :meth:`draft` rewinds to
+    where the sequence and what it fed last time part (the rejected drafts) and feeds only the rest,
+    then drafts ``k`` tokens, greedy, or drawn from ``sampler``'s warping of its logits (the ``q``
+    rows for :func:`verify`). Not thread-safe: one stream at a time.
+    """
+
+    def __init__(self, session: object) -> None:
+        for name in ("prefill", "step", "reset"):
+            if not callable(getattr(session, name, None)):
+                raise OptionsError(f"draft session: expected prefill/step/reset methods, {type(session).__name__} has no {name}()")
+        self.session: Any = session
+        self._fed: list[int] = []
+
+    def reset(self) -> None:
+        """Forget the sequence (a new stream starts)."""
+        self._fed = []
+        self.session.reset(0)
+
+    def draft(
+        self, tokens: Tokens, k: int, sampler: Sampler | None = None, history: History = ()
+    ) -> tuple[list[int], npt.NDArray[np.float64] | None]:
+        """Up to ``k`` tokens to follow ``tokens``, and their draft distributions ``[k, vocab]`` (None when greedy:
+        point masses). Fewer (or none) when the draft's KV would overflow."""
+        k = _int("k", k, 0)
+        seq = [int(t) for t in _token_array("tokens", tokens)]
+        sess = self.session
+        max_len = int(sess.max_len)
+        if k == 0 or not seq or len(seq) + k > max_len:
+            return [], None
+        n = 0
+        for a, b in zip(self._fed, seq):
+            if a != b:
+                break
+            n += 1
+        n = min(n, len(seq) - 1)  # the last token must run to give the next one's logits
+        sess.reset(n)
+        logits = sess.prefill(seq[n:])
+        fed = list(seq)
+        out: list[int] = []
+        rows: list[npt.NDArray[np.float64]] = []
+        greedy = sampler is None or sampler.params.greedy
+        hist = np.asarray(history, dtype=np.int64) if len(history) else np.empty(0, dtype=np.int64)
+        for i in range(k):
+            if greedy:
+                tok = int(np.argmax(logits))
+            else:
+                assert sampler is not None
+                q = warped_probs(sampler, logits, np.concatenate([hist, np.asarray(out, dtype=np.int64)]))
+                tok = _draw(q, sampler.rng)
+                rows.append(q)
+            out.append(tok)
+            if i < k - 1:
+                logits = sess.step(tok)
+                fed.append(tok)
+        self._fed = fed
+        return out, (np.stack(rows) if rows else None)
 
 
 # --- verification ----------------------------------------------------------------------------------------------
