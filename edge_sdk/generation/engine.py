@@ -556,11 +556,15 @@ class GenerationEngine:
         logits = self._dec.verify(s.slot, [s.pending, *draft], s.pos)
         s.seq.decode_s += time.perf_counter() - tv
         params = s.req.params
-        if params.greedy and params.repetition_penalty == 1.0:
-            toks, n_acc = verify_greedy(logits, draft)
-        else:  # the target's distributions after the same warping the sampler applies, row by row
+        if q is not None:
+            # a sampled draft model: Leviathan et al.'s rule with its q rows (the output follows the target's
+            # distribution; the draws depend on the draft lengths chosen, so a seed does not repeat it exactly)
             p = warped_rows(s.seq.sampler, logits, s.seq.history(), draft)
-            toks, n_acc = verify_greedy(p, draft) if params.greedy else verify(p, draft, q, s.seq.sampler.rng)
+            toks, n_acc = verify(p, draft, q, s.seq.sampler.rng)
+        elif params.greedy and params.repetition_penalty == 1.0:
+            toks, n_acc = verify_greedy(logits, draft)
+        else:
+            toks, n_acc = self._verify_by_sampling(s, logits, draft)
         adapt.observe_cost(len(draft), time.perf_counter() - t0)  # drafting, the pass and the verification: what a draft costs
         adapt.update(len(draft), n_acc)
         self.steps += 1
@@ -575,6 +579,25 @@ class GenerationEngine:
                 break
             self._accept(s, t)
         self._note_kv()
+
+    @staticmethod
+    def _verify_by_sampling(s: _Stream, logits: np.ndarray, draft: list[int]) -> tuple[list[int], int]:
+        """Point-mass drafts (prompt lookup, greedy draft models): draw each position's token with the
+        stream's own sampler, exactly as plain decoding would, and accept the draft while it matches.
+        For a deterministic draft this is Leviathan et al.'s rule (a draft token is accepted with
+        probability p(x); on a mismatch the token drawn is distributed as norm(max(0, p - q))), and
+        it consumes one draw per token in order: a seeded generation gives the same tokens with or
+        without speculation (on a batch-invariant variant)."""
+        hist = s.seq.history()
+        base = np.asarray(hist, dtype=np.int64) if len(hist) else None
+        toks: list[int] = []
+        for i in range(len(draft) + 1):
+            h: Any = () if base is None else np.concatenate([base, np.asarray(toks, dtype=np.int64)])
+            t = s.seq.sampler.sample(logits[i], h)
+            toks.append(t)
+            if i == len(draft) or t != draft[i]:
+                break
+        return toks, len(toks) - 1
 
     def _note_kv(self) -> None:
         tm = self.model._tm
