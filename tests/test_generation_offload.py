@@ -20,7 +20,7 @@ import pytest
 openai = pytest.importorskip("openai")
 
 import edge_sdk  # noqa: E402
-from edge_sdk.errors import GenerationBusyError  # noqa: E402
+from edge_sdk.errors import GenerationBusyError, OptionsError  # noqa: E402
 from edge_sdk.generation import EngineOptions, GenerationEngine  # noqa: E402
 from edge_sdk.remote import GenerationRouter, GenerationRouterOptions, OpenAIClient, PrivacyPolicy  # noqa: E402
 from edge_sdk.serve import ServeOptions, Server  # noqa: E402
@@ -75,7 +75,9 @@ def test_served_engine_batches_concurrent_openai_streams_each_equal_alone(local:
             got: dict[str, str] = {}
 
             def one(p: str) -> None:
-                chunks = c.completions.create(model=NAME, prompt=p, max_tokens=24, temperature=0, stream=True, extra_body={"ignore_eos": True})
+                chunks = c.completions.create(
+                    model=NAME, prompt=p, max_tokens=24, temperature=0, stream=True, extra_body={"ignore_eos": True}
+                )
                 got[p] = "".join(ch.choices[0].text for ch in chunks if ch.choices)
 
             threads = [threading.Thread(target=one, args=(p,)) for p in PROMPTS]
@@ -116,7 +118,9 @@ def test_local_first_then_offload_when_hot_or_forced_and_back_at_the_next_turn(l
     with GenerationEngine(local, EngineOptions(max_streams=2)) as eng:
         router = GenerationRouter(eng, _client(remote_server.url), governor=gov)
         r = router.chat(MSGS, max_new_tokens=12, ignore_eos=True)
-        assert r.details["parts"] == [{"where": "local", "trigger": "local_first", "why": "local first", "chars": len(r.text), "tokens": 12}]
+        assert r.details["parts"] == [
+            {"where": "local", "trigger": "local_first", "why": "local first", "chars": len(r.text), "tokens": 12}
+        ]
         gov.state.value = "critical"
         r2 = router.chat(MSGS, max_new_tokens=12)
         p = r2.details["parts"]
@@ -209,7 +213,9 @@ def test_a_remote_stream_that_drops_is_continued_locally(local: Any) -> None:
     t.start()
     try:
         with GenerationEngine(local, EngineOptions(max_streams=1)) as eng:
-            router = GenerationRouter(eng, _client(f"http://127.0.0.1:{httpd.server_address[1]}"), GenerationRouterOptions(move_running=False))
+            router = GenerationRouter(
+                eng, _client(f"http://127.0.0.1:{httpd.server_address[1]}"), GenerationRouterOptions(move_running=False)
+            )
             router.set_offload(True)
             s = router.stream(PROMPTS[0], max_new_tokens=10, ignore_eos=True)
             text = "".join(s)
@@ -222,3 +228,15 @@ def test_a_remote_stream_that_drops_is_continued_locally(local: Any) -> None:
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def test_a_ttft_objective_at_risk_offloads_once_the_local_rates_are_known(local: Any, remote_server: Server) -> None:
+    with GenerationEngine(local, EngineOptions(max_streams=1)) as eng:
+        router = GenerationRouter(eng, _client(remote_server.url), GenerationRouterOptions(ttft_objective_ms=1e-6))
+        first = router.chat(MSGS, max_new_tokens=4)  # nothing measured yet: local, and the rates are learnt from it
+        assert first.details["parts"][0]["trigger"] == "local_first"
+        second = router.chat(MSGS, max_new_tokens=4)
+        p = second.details["parts"][0]
+        assert p["where"] == "remote" and p["trigger"] == "latency_objective" and "predicted local TTFT" in p["why"]
+    with pytest.raises(OptionsError, match="ttft_objective_ms"):
+        GenerationRouterOptions(ttft_objective_ms=0)
