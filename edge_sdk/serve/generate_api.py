@@ -8,8 +8,9 @@ returning a text stream (an iterator of text deltas with ``cancel()``, ``close()
 :class:`~edge_sdk.generation.DecoderModel` is one (one sequence at a time: a second stream waits for
 the first); a concurrent engine with the same methods is another. Nothing else of the object is used.
 
-Each generation runs on a thread of its model's pool (at most ``queue_size + 1`` per model: one
-running and ``queue_size`` waiting, for a one-sequence model), one delta at a time, and hands its
+Each generation runs on a thread of its model's pool (at most the model's ``capacity``: a
+:class:`~edge_sdk.generation.engine.GenerationEngine`'s ``max_streams + queue_size``; for a
+one-sequence model ``queue_size + 1``, one running and ``queue_size`` waiting), one delta at a time, and hands its
 deltas to the event loop through an asyncio queue: the loop never blocks on a model. A request
 past that bound, or one the engine refuses with :class:`~edge_sdk.errors.GenerationBusyError`, is
 answered 429 (OpenAI routes: their rate-limit status) or 503 (Triton's) with ``Retry-After``. A
