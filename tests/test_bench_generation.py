@@ -128,8 +128,9 @@ def test_prompt_text_and_seeded_random_prompts(tiny_llm_package: Path, tmp_path:
 
 def test_usage_errors(tiny_llm_package: Path, mlp_package: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pkg = str(tiny_llm_package)
-    rc, _, _, err = _bench(capsys, tmp_path, pkg, "--scenario", "offline")
-    assert rc == 2 and "--scenario" in err and "text-generation" in err
+    # the load scenarios (offline, multi-stream, server) take no --runs: that is the single-stream bench's
+    rc, _, _, err = _bench(capsys, tmp_path, pkg, "--scenario", "offline", "--runs", "2")
+    assert rc == 2 and "--runs" in err and "text-generation" in err
     rc, _, _, err = _bench(capsys, tmp_path, pkg, "--runs", "0")
     assert rc == 2 and "runs" in err
     rc, _, _, err = _bench(capsys, tmp_path, str(mlp_package), "--prompt-tokens", "8")

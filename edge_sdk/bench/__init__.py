@@ -12,6 +12,17 @@ raw runtime, and compare two runs.
     write_plot(report, "run.png")           # needs matplotlib
     print(render_comparison(compare_reports(old, report)))
 
+A text-generation package gets its own benchmarks: :mod:`edge_sdk.bench.generation` (one
+stream: TTFT, TPOT, tokens/s, memory, ``--vs-raw`` onnxruntime-genai) and, with ``--scenario
+offline|multi-stream|server``, :mod:`edge_sdk.bench.generation_load` (the generation engine under
+load after MLPerf Inference's LLM rules: tokens/s with every request at once, closed-loop scaling
+over stream counts and the TTFT of a request while others decode, and the highest Poisson rate
+whose TTFT p99 and TPOT p99 meet the constraints)::
+
+    from edge_sdk.bench.generation_load import GenerationLoadOptions, run_generation_load, render_generation_load_text
+
+    report = run_generation_load("smollm2-135m/", GenerationLoadOptions(scenarios=("multi-stream",), streams=(1, 2, 4, 8)))
+
 ``docs/benchmarks/README.md`` explains the scenarios, the report and how to read a comparison.
 The names below load on first use (``python -m edge_sdk.bench.coldstart`` must start light).
 """

@@ -3,10 +3,13 @@
     edge-sdk bench PACKAGE [--variant V ...|--all-variants] [--scenario S ...|all] [--vs-raw] [--json F] [--plot F.png] ...
     edge-sdk bench --compare A.json B.json [--min-effect F] [--json F]
     edge-sdk bench TEXT-GENERATION-PACKAGE [--prompt-tokens P] [--new-tokens G] [--runs N] [--threads T] [--vs-raw] [--json F]
+    edge-sdk bench TEXT-GENERATION-PACKAGE --scenario offline|multi-stream|server|all [--streams 1,2,4,8] [--requests N] ...
 
 A text-generation package (``task = "text-generation"``) runs :mod:`edge_sdk.bench.generation`
 instead of the scenarios: TTFT, TPOT, tokens/s, memory, and with ``--vs-raw`` onnxruntime-genai
-on the same file.
+on the same file. With ``--scenario offline``, ``multi-stream`` (or ``multistream``) or ``server``
+it runs :mod:`edge_sdk.bench.generation_load` instead: the generation engine under load, after
+MLPerf Inference's LLM scenarios (``all``: the three; ``single-stream``: the plain bench above).
 
 Exit codes: 0 done, 1 an edge_sdk error (message on stderr), 2 bad usage.
 """
@@ -31,6 +34,16 @@ def _hw(text: str) -> tuple[int, int]:
     return h, w
 
 
+def _streams(text: str) -> tuple[int, ...]:
+    try:
+        out = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a stream count or a comma-separated list (e.g. 1,2,4,8), got {text!r}") from None
+    if not out or any(x < 1 for x in out):
+        raise argparse.ArgumentTypeError(f"expected stream counts >= 1, got {text!r}")
+    return out
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The bench options (defaults are BenchOptions' own)."""
     p.add_argument("package", nargs="?", help="model package (folder or archive); not with --compare")
@@ -53,6 +66,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--runs", type=int, metavar="N", help="measured generations per variant and runtime (default 5)")
     g.add_argument("--context", type=int, metavar="N", help="KV tokens to allocate (default: what load plans)")
     g.add_argument("--no-memory", action="store_true", help="skip the peak-RSS child processes")
+    g = p.add_argument_group(
+        "text-generation packages under load: --scenario offline, multi-stream, server or all (edge_sdk.bench.generation_load)"
+    )
+    g.add_argument("--requests", type=int, metavar="N", help="offline: requests submitted at once (default 16)")
+    g.add_argument(
+        "--requests-per-stream", type=int, metavar="R", help="multi-stream: requests per closed-loop client and stream count (default 4)"
+    )
+    g.add_argument(
+        "--time-limit-s", type=float, metavar="S",
+        help="multi-stream: no new request after S seconds per stream count; server: no arrival after S s per trial (default 120)",
+    )  # fmt: skip
+    g.add_argument(
+        "--probe-runs", type=int, metavar="N", help="multi-stream: TTFT probes idle and as many while 3 streams decode (default 5)"
+    )
+    g.add_argument("--trial-requests", type=int, metavar="N", help="server: Poisson arrivals per trial (default 32)")
+    g.add_argument("--ttft-p99-ms", type=float, metavar="MS", help="server: TTFT p99 constraint (default 2000, MLPerf's LLM server)")
+    g.add_argument("--tpot-p99-ms", type=float, metavar="MS", help="server: TPOT p99 constraint (default 200, MLPerf's LLM server)")
+    g.add_argument("--queue-size", type=int, metavar="N", help="engine: requests waiting beyond the running ones (default 16)")
+    g.add_argument("--no-prefix-cache", action="store_true", help="engine: no prefix cache")
+    g.add_argument("--speculative", choices=["prompt-lookup"], help="engine: speculative decoding (default off)")
     g = p.add_argument_group("bounds and inputs")
     g.add_argument("--duration-s", type=float, default=5.0, metavar="S", help="measured seconds per target and scenario (default 5)")
     g.add_argument("--count", type=int, metavar="N", help="at most N queries per target and scenario (offline: exactly N)")
@@ -72,7 +105,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--threads", type=int, metavar="N", help="override the profile's thread count")
     g.add_argument("--cache-dir", metavar="DIR", help="cache folder for packages and optimised models (default: the SDK's)")
     g = p.add_argument_group("multi-stream")
-    g.add_argument("--streams", type=int, default=4, metavar="N", help="streams (default 4)")
+    g.add_argument(
+        "--streams", type=_streams, metavar="N",
+        help="streams (default 4); text-generation --scenario: engine slots, multi-stream runs each of a list such as 1,2,4,8 "
+        "(default 1,2,4,8; offline and server use the largest, default 4)",
+    )  # fmt: skip
     g.add_argument("--fps", type=float, default=30.0, metavar="F", help="frames per second per stream (default 30)")
     g.add_argument("--deadline-ms", type=float, metavar="MS", help="a frame is late past this (default: one frame period)")
     g = p.add_argument_group("server")
@@ -148,6 +185,9 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
         return _generation(args, argv)
     if gen:
         return _usage(f"{', '.join(gen)} apply to text-generation packages only")
+    if args.streams is not None and len(args.streams) != 1:
+        return _usage("--streams takes one number for a single-pass package (a list is for text-generation --scenario multi-stream)")
+    streams = args.streams[0] if args.streams is not None else 4
     if args.no_search and args.rate is None and "server" in _scenarios(args.scenario):
         return _usage("--no-search needs --rate for the server scenario")
     from .options import BenchOptions
@@ -157,7 +197,7 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
             scenarios=_scenarios(args.scenario), variants=tuple(args.variant), all_variants=args.all_variants, vs_raw=args.vs_raw,
             duration_s=args.duration_s, count=args.count, repetitions=args.repetitions, warmup=args.warmup, seed=args.seed,
             input_mode=args.input, pool=args.pool, image_hw=args.image_size, profile=args.profile, threads=args.threads,
-            cache_dir=args.cache_dir, root=args.root, streams=args.streams, fps=args.fps, deadline_ms=args.deadline_ms, rate_qps=args.rate,
+            cache_dir=args.cache_dir, root=args.root, streams=streams, fps=args.fps, deadline_ms=args.deadline_ms, rate_qps=args.rate,
             objective_ms=args.objective_ms, objective_percentile=args.objective_percentile, search=not args.no_search, probe_s=args.probe_s,
             max_probes=args.max_probes, max_rate_qps=args.max_rate, server_workers=args.server_workers, offline_batch=args.offline_batch,
             offline_workers=args.offline_workers, cold_start=not args.no_cold_start, cold_samples=args.cold_samples,
@@ -193,12 +233,47 @@ _GEN_ONLY = {
     "runs": "--runs",
     "context": "--context",
 }
+_LOAD_ONLY = {
+    "requests": "--requests",
+    "requests_per_stream": "--requests-per-stream",
+    "time_limit_s": "--time-limit-s",
+    "probe_runs": "--probe-runs",
+    "trial_requests": "--trial-requests",
+    "ttft_p99_ms": "--ttft-p99-ms",
+    "tpot_p99_ms": "--tpot-p99-ms",
+    "queue_size": "--queue-size",
+    "speculative": "--speculative",
+}
 _NOT_GEN = {"scenario": "--scenario", "plot": "--plot", "remote": "--remote", "count": "--count", "rate": "--rate"}
+_NOT_LOAD = {"plot": "--plot", "remote": "--remote", "count": "--count", "runs": "--runs", "vs_raw": "--vs-raw", "no_memory": "--no-memory"}
+
+
+def _load_args(args: argparse.Namespace) -> list[str]:
+    out = [flag for k, flag in _LOAD_ONLY.items() if getattr(args, k, None) is not None]
+    return out + (["--no-prefix-cache"] if getattr(args, "no_prefix_cache", False) else [])
 
 
 def _generation_args(args: argparse.Namespace) -> list[str]:
     out = [flag for k, flag in _GEN_ONLY.items() if getattr(args, k, None) is not None]
-    return out + (["--no-memory"] if getattr(args, "no_memory", False) else [])
+    return out + (["--no-memory"] if getattr(args, "no_memory", False) else []) + _load_args(args)
+
+
+def _generation_scenarios(values: Sequence[str]) -> tuple[str, ...]:
+    """The load scenarios asked for on a text-generation package; () for the plain (single-stream)
+    bench. ValueError naming what is accepted."""
+    from .generation_load import LOAD_SCENARIOS, canonical_scenario
+
+    names = [s.strip() for v in values for s in v.split(",") if s.strip()]
+    if not names or names == ["single-stream"] * len(names):
+        return ()
+    if "single-stream" in names:
+        raise ValueError("--scenario single-stream is the plain text-generation bench (no --scenario); run it on its own")
+    out: list[str] = []
+    for s in names:
+        for x in LOAD_SCENARIOS if s == "all" else (canonical_scenario(s),):
+            if x not in out:
+                out.append(x)
+    return tuple(out)
 
 
 def _is_text_generation(package: str, cache_dir: str | None) -> bool:
@@ -219,7 +294,17 @@ def _is_text_generation(package: str, cache_dir: str | None) -> bool:
 def _generation(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     from . import generation as gb
 
-    bad = [flag for k, flag in _NOT_GEN.items() if getattr(args, k)]
+    try:
+        load = _generation_scenarios(args.scenario)
+    except ValueError as e:
+        return _usage(f"{e} (text-generation --scenario: offline, multi-stream, server, all or single-stream)")
+    if load:
+        return _generation_load(args, argv, load)
+    extra = _load_args(args) + [f for f, on in (("--streams", args.streams is not None), ("--rate", args.rate is not None),
+                                                 ("--no-search", args.no_search)) if on]  # fmt: skip
+    if extra:
+        return _usage(f"{', '.join(extra)} apply to --scenario offline, multi-stream or server on a text-generation package")
+    bad = [flag for k, flag in _NOT_GEN.items() if k not in ("scenario", "rate") and getattr(args, k)]
     if bad:
         return _usage(f"{', '.join(bad)} apply to single-pass packages; {args.package} is a text-generation package")
     try:
@@ -238,6 +323,35 @@ def _generation(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     sys.stdout.write(gb.render_generation_text(report))
     if args.json:
         print(f"report: {gb.write_generation_json(report, args.json)}")
+    return 0
+
+
+def _generation_load(args: argparse.Namespace, argv: Sequence[str] | None, scenarios: tuple[str, ...]) -> int:
+    from . import generation_load as gl
+
+    bad = [flag for k, flag in _NOT_LOAD.items() if getattr(args, k)] + (["--all-variants"] if args.all_variants else [])
+    if bad:
+        return _usage(f"{', '.join(bad)} do not apply to text-generation --scenario {','.join(scenarios)}")
+    if len(args.variant) > 1:
+        return _usage("text-generation --scenario measures one variant: give at most one --variant")
+    if args.no_search and args.rate is None and "server" in scenarios:
+        return _usage("--no-search needs --rate for the server scenario")
+    given = {k: getattr(args, k) for k in ("requests", "requests_per_stream", "time_limit_s", "probe_runs", "trial_requests",
+                                           "ttft_p99_ms", "tpot_p99_ms", "queue_size", "prompt_tokens", "new_tokens", "context")}  # fmt: skip
+    try:
+        opts = gl.GenerationLoadOptions(
+            scenarios=scenarios, variant=args.variant[0] if args.variant else None, streams=args.streams,
+            rate=args.rate, search=not args.no_search, max_trials=args.max_probes, max_rate=args.max_rate, prompt=args.prompt,
+            seed=args.seed, prefix_cache=not args.no_prefix_cache, speculative=args.speculative, threads=args.threads,
+            profile=args.profile, root=args.root, cache_dir=args.cache_dir, **{k: v for k, v in given.items() if v is not None},
+        )  # fmt: skip
+    except ValueError as e:
+        return _usage(str(e))
+    progress = None if args.quiet else (lambda line: print(f"bench: {line}", file=sys.stderr, flush=True))
+    report = gl.run_generation_load(args.package, opts, argv=list(argv) if argv is not None else sys.argv[1:], progress=progress)
+    sys.stdout.write(gl.render_generation_load_text(report))
+    if args.json:
+        print(f"report: {gl.write_generation_load_json(report, args.json)}")
     return 0
 
 
