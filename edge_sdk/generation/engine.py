@@ -94,7 +94,7 @@ class EngineOptions:
     queue_size: int = 16
     prefill_chunk: int = 128
     prefix_cache: bool = True
-    prefix_block: int = 32
+    prefix_block: int = 16  # vLLM's default block size; a chat template's shared header is often under 32 tokens
     kv_budget_tokens: int | None = None
     speculative: str | None = None
     max_draft: int = 8

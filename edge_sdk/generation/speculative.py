@@ -431,7 +431,10 @@ class AdaptiveDraftLength:
     :meth:`choose` returns the ``k`` in ``0..k_max`` maximising :func:`expected_tokens` ``/ cost(k)``, but ``k > 0``
     only if that beats plain decoding by ``min_gain`` (so a rate near break-even does not pay the pass's
     overhead). ``k = 0`` is plain decoding; after ``probe_every`` plain steps it returns ``probe_k`` once, so a
-    stream that turns repetitive gets speculation back. Until the first verified pass it returns ``k_init``
+    stream that turns repetitive gets speculation back -- or after more steps when a probe is dear: the
+    interval is at least ``(cost(probe_k) - 1) / max_probe_loss`` steps, so failed probes never cost more
+    than ``max_probe_loss`` (3 %) of the time (a draft model's probe, which also catches the draft's KV
+    up, can cost several plain steps). Until the first verified pass it returns ``k_init``
     (default ``min(4, k_max)``).
 
     The loop calls, per step: ``k = choose()``; draft up to ``k`` tokens (``[]`` and ``k = 0`` both mean a plain
@@ -456,6 +459,7 @@ class AdaptiveDraftLength:
         min_gain: float = 0.02,
         costs: Mapping[int, float] | None = None,
         timing_smoothing: float = 0.25,
+        max_probe_loss: float = 0.03,
     ) -> None:
         self.k_max = _int("k_max", k_max, 1)
         self.k_init = min(4, self.k_max) if k_init is None else _int("k_init", k_init, 0, self.k_max)
@@ -470,6 +474,7 @@ class AdaptiveDraftLength:
         )
         self.min_gain = _check_real("min_gain", min_gain, 0.0, math.inf, False, True)
         self.timing_smoothing = _check_real("timing_smoothing", timing_smoothing, 0.0, 1.0, True, False)
+        self.max_probe_loss = _check_real("max_probe_loss", max_probe_loss, 0.0, 1.0, True, False)
         table = dict(DEFAULT_VERIFY_COST) if costs is None else self._check_costs(costs)
         #: Relative cost at every k in 0..k_max before any timing is observed.
         self.default_costs: tuple[float, ...] = tuple(_interp_cost(table, k) for k in range(self.k_max + 1))
@@ -565,7 +570,7 @@ class AdaptiveDraftLength:
     def choose(self) -> int:
         """The draft length for the next step (0 = plain decoding). Reads the state; :meth:`update` advances it."""
         if self._updates == 0:  # no pass verified yet: k_init (and, from k_init = 0, the usual probes)
-            return self.probe_k if self.k_init == 0 and self._plain_run >= self.probe_every else self.k_init
+            return self.probe_k if self.k_init == 0 and self._probe_due() else self.k_init
         costs = self._costs()
         a = self.acceptance
         best_k, best_v = 0, 1.0
@@ -578,7 +583,16 @@ class AdaptiveDraftLength:
                 best_k, best_v = k, v
         if best_k and best_v >= 1.0 + self.min_gain:
             return best_k
-        return self.probe_k if self._plain_run >= self.probe_every else 0
+        return self.probe_k if self._probe_due() else 0
+
+    def probe_interval(self) -> int:
+        """Plain steps between two probes: ``probe_every``, or more when a probe costs more than
+        ``max_probe_loss`` of that many steps."""
+        extra = max(0.0, self._costs()[self.probe_k] - 1.0)
+        return max(self.probe_every, math.ceil(extra / self.max_probe_loss))
+
+    def _probe_due(self) -> bool:
+        return self._plain_run >= self.probe_interval()
 
 
 # --- statistics ------------------------------------------------------------------------------------------------
