@@ -550,3 +550,27 @@ def test_speculation_stats() -> None:
     assert d["acceptance_rate"] == 0.5 and d["tokens_per_pass"] == pytest.approx(8 / 3)
     with pytest.raises(OptionsError, match="n_accepted"):
         s.record(1, 2)
+
+
+def test_an_expensive_probe_is_tried_less_often() -> None:
+    """A probe that costs four plain steps (a draft model catching its KV up) comes at most once per
+    (4 - 1) / 0.03 = 100 plain steps, so failed probes stay within 3 % of the time."""
+    cheap = AdaptiveDraftLength(k_max=4, k_init=1)
+    dear = AdaptiveDraftLength(k_max=4, k_init=1)
+    for a in (cheap, dear):
+        a.observe_step(0.010)
+        for _ in range(10):
+            a.update(1, 0)  # every pass failed: plain decoding pays
+    dear.observe_cost(1, 0.040)
+    cheap.observe_cost(1, 0.0104)
+    assert cheap.probe_interval() == cheap.probe_every == 16
+    assert dear.probe_interval() == 100
+
+    def plain_steps_until_probe(a: AdaptiveDraftLength) -> int:
+        for n in range(1, 1000):
+            if a.choose() > 0:
+                return n
+            a.update(0, 0)
+        return -1
+
+    assert plain_steps_until_probe(cheap) == 17 and plain_steps_until_probe(dear) == 101
