@@ -483,9 +483,10 @@ class GenerationEngine:
         s.prefilled += n
         if s.prefilled < len(ids):
             return
-        self._remember_prefix(s)
         s.state = "decode"
         self._accept(s, s.seq.sample(logits))
+        if s.slot >= 0:  # still running: keep the prompt's KV after the first token went out (not in its TTFT)
+            self._remember_prefix(s)
 
     def _remember_prefix(self, s: _Stream) -> None:
         cache = self.cache
