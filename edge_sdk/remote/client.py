@@ -189,6 +189,7 @@ class TensorMetadata:
 @dataclass(frozen=True)
 class ServerMetadata:
     """A server's v2 metadata: name, version and the protocol extensions it supports."""
+
     name: str
     version: str
     extensions: tuple[str, ...]
@@ -197,6 +198,7 @@ class ServerMetadata:
 @dataclass(frozen=True)
 class ModelMetadata:
     """A server's v2 model metadata: name, versions, platform, and its inputs and outputs."""
+
     name: str
     versions: tuple[str, ...]
     platform: str
@@ -356,6 +358,8 @@ class _WireRefused(RemoteProtocolError):
 
 
 _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+#: What the transport turns into typed failures (``RemoteClient._transport_failure``).
+_TRANSPORT = (*_STALE, socket.timeout, TimeoutError, http.client.HTTPException, ssl.SSLError, OSError)
 
 
 class RemoteClient:
@@ -885,30 +889,8 @@ class RemoteClient:
             return _Response(resp.status, hdrs, b"".join(parts))
         except _Failed:
             raise
-        except _STALE as e:
-            if arm.fired:
-                raise self._timeout(where, phase) from None
-            if phase in ("send", "wait"):
-                raise _StaleConnection() from None
-            raise _Failed(
-                RemoteUnavailableError(f"{where}: connection lost while reading the answer ({type(e).__name__})"), retry=False
-            ) from None
-        except (socket.timeout, TimeoutError):
-            raise self._timeout(where, phase, deadline_hit=arm.fired or deadline - self._clock() <= 0.001) from None
-        except http.client.IncompleteRead:
-            if arm.fired:
-                raise self._timeout(where, phase) from None
-            raise _Failed(RemoteUnavailableError(f"{where}: the answer was cut short"), retry=False) from None
-        except http.client.HTTPException as e:
-            if arm.fired:
-                raise self._timeout(where, phase) from None
-            raise _Failed(RemoteProtocolError(f"{where}: not a valid HTTP answer ({type(e).__name__})"), retry=False) from None
-        except (ssl.SSLError, OSError) as e:
-            if arm.fired:
-                raise self._timeout(where, phase) from None
-            if phase in ("send", "wait"):
-                raise _StaleConnection() from None
-            raise _Failed(RemoteUnavailableError(f"{where}: connection failed ({type(e).__name__})"), retry=False) from None
+        except _TRANSPORT as e:
+            raise self._transport_failure(e, where, phase, arm.fired, deadline) from None
         finally:
             _WATCHDOG.disarm(arm)
             if keep and not arm.fired:
@@ -919,6 +901,26 @@ class RemoteClient:
                     sock.close()
                 except OSError:
                     pass
+
+    def _transport_failure(self, e: BaseException, where: str, phase: str, fired: bool, deadline: float) -> Exception:
+        """The typed failure for a transport exception ``e`` raised in ``phase`` ("connect", "send", "wait",
+        "body"): a timeout when the watchdog fired (or for a socket timeout), a stale keep-alive
+        connection (:class:`_StaleConnection`, replaced at no cost) for a send/wait failure, else
+        RemoteUnavailableError / RemoteProtocolError, never retried once the answer began."""
+        if isinstance(e, (socket.timeout, TimeoutError)):
+            return self._timeout(where, phase, deadline_hit=fired or deadline - self._clock() <= 0.001)
+        if fired:
+            return self._timeout(where, phase)
+        stale = isinstance(e, _STALE)
+        if isinstance(e, http.client.IncompleteRead):
+            return _Failed(RemoteUnavailableError(f"{where}: the answer was cut short"), retry=False)
+        if isinstance(e, http.client.HTTPException) and not stale:
+            return _Failed(RemoteProtocolError(f"{where}: not a valid HTTP answer ({type(e).__name__})"), retry=False)
+        if phase in ("send", "wait"):
+            return _StaleConnection()
+        if stale:
+            return _Failed(RemoteUnavailableError(f"{where}: connection lost while reading the answer ({type(e).__name__})"), retry=False)
+        return _Failed(RemoteUnavailableError(f"{where}: connection failed ({type(e).__name__})"), retry=False)
 
     def _timeout(self, where: str, phase: str, deadline_hit: bool = True) -> _Failed:
         what = {"send": "sending the request", "wait": "waiting for the answer", "body": "reading the answer"}[phase]

@@ -72,7 +72,6 @@ import math
 import random
 import re
 import socket
-import ssl
 import threading
 import time
 from collections import deque
@@ -82,7 +81,7 @@ from urllib.parse import urlsplit
 
 from .breaker import CircuitBreaker, RemoteEvent
 from .client import (
-    _STALE,
+    _TRANSPORT,
     _WATCHDOG,
     RemoteClient,
     RemoteEndpoint,
@@ -909,30 +908,8 @@ class OpenAIClient:
             return _Response(resp.status, hdrs, b"".join(parts))
         except _Failed:
             raise
-        except _STALE as e:
-            if arm.fired:
-                raise tr._timeout(where, phase) from None
-            if phase in ("send", "wait"):
-                raise _StaleConnection() from None
-            raise _Failed(
-                RemoteUnavailableError(f"{where}: connection lost while reading the answer ({type(e).__name__})"), retry=False
-            ) from None
-        except (socket.timeout, TimeoutError):
-            raise tr._timeout(where, phase, deadline_hit=arm.fired or deadline - self._clock() <= 0.001) from None
-        except http.client.IncompleteRead:
-            if arm.fired:
-                raise tr._timeout(where, phase) from None
-            raise _Failed(RemoteUnavailableError(f"{where}: the answer was cut short"), retry=False) from None
-        except http.client.HTTPException as e:
-            if arm.fired:
-                raise tr._timeout(where, phase) from None
-            raise _Failed(RemoteProtocolError(f"{where}: not a valid HTTP answer ({type(e).__name__})"), retry=False) from None
-        except (ssl.SSLError, OSError) as e:
-            if arm.fired:
-                raise tr._timeout(where, phase) from None
-            if phase in ("send", "wait"):
-                raise _StaleConnection() from None
-            raise _Failed(RemoteUnavailableError(f"{where}: connection failed ({type(e).__name__})"), retry=False) from None
+        except _TRANSPORT as e:
+            raise tr._transport_failure(e, where, phase, arm.fired, deadline) from None
         finally:
             if not keep_open:
                 _WATCHDOG.disarm(arm)
