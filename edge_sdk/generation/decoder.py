@@ -361,22 +361,8 @@ class DecoderModel:
         (TemplateError), sampling parameters (SamplingError), ``max_new_tokens`` and the other
         options (OptionsError), and that prompt + ``max_new_tokens`` fit the KV buffer
         (ContextBudgetError naming both; ``truncate=True`` drops the prompt's oldest tokens instead)."""
-        req = self._prepare(
-            prompt,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            min_p=min_p,
-            repetition_penalty=repetition_penalty,
-            seed=seed,
-            stop=stop,
-            stop_token_ids=stop_token_ids,
-            ignore_eos=ignore_eos,
-            deadline_s=deadline_s,
-            cancel=cancel,
-            truncate=truncate,
-        )
+        options = {k: v for k, v in locals().items() if k not in ("self", "prompt")}  # exactly the keywords above
+        req = self._prepare(prompt, **options)
         stream = TextStream(iter(()), req.cancel)
         stream._gen = self._run(stream, req)
         return stream
