@@ -53,7 +53,6 @@ failed), medians, percentiles and ratios.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import math
 import os
 import platform
@@ -66,7 +65,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from ..errors import GenerationBusyError, OptionsError, TemplateError
-from .generation import CPU_FLAGS, _loadavg, _pct, _version_of, cpu_facts, make_prompt
+from .generation import CPU_FLAGS, _loadavg, _pct, _version_of, cpu_facts, make_prompt, write_generation_json
 from .options import BenchError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -1042,7 +1041,4 @@ def render_generation_load_text(report: dict[str, Any]) -> str:
 
 def write_generation_load_json(report: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     """Write ``report`` as JSON (NaN refused); returns the path."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(report, indent=1, allow_nan=False) + "\n", encoding="utf-8")
-    return p
+    return write_generation_json(report, path)
