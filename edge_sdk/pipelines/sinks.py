@@ -37,6 +37,7 @@ def _cv2() -> Any:
 
 class SinkState(str, enum.Enum):
     """A sink's lifecycle: NEW -> OPEN -> CLOSED (a sink opens once)."""
+
     NEW = "new"
     OPEN = "open"
     CLOSED = "closed"
@@ -47,7 +48,7 @@ class Sink:
 
     def __init__(self) -> None:
         self._state = SinkState.NEW
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: a CallbackSink's fn may close its own sink
 
     @property
     def state(self) -> SinkState:

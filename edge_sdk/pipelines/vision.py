@@ -73,11 +73,38 @@ change under one lock and :meth:`VisionPipeline.counters` copies them under it, 
 satisfies ``frames_in == processed + sum(dropped.values()) + in_flight``. After the pipeline has
 stopped, ``in_flight == 0``.
 
-Errors: a frame whose ``predict_image`` raises is dropped with reason "error" and the exception is
-passed to ``on_error(exc, frame)``; the pipeline goes on. An exception from a sink is passed to
-``on_error(exc, frame)`` too (the frame stays processed; ``sink_errors`` counts them). A source that
-fails (a stream that cannot be reconnected) ends the capture; what was queued is finished, and
-``run()`` raises the SourceError (``pipeline.error`` holds it after ``start()``/``join()``).
+Errors: a frame whose ``predict_image`` (or ``prepare_image``) raises is dropped with reason
+"error" and the exception is passed to ``on_error(exc, frame)``; the pipeline goes on. An exception
+from a sink is passed to ``on_error(exc, frame)`` too (the frame stays processed; ``sink_errors``
+counts them). A source that fails (a stream that cannot be reconnected) ends the capture; what was
+queued is finished, and ``run()`` raises the SourceError (``pipeline.error`` holds it after
+``start()``/``join()``). An exception from ``on_error``, ``on_drop`` or a drop listener is logged and
+ignored.
+
+Fatal exceptions: a ``BaseException`` that is not an ``Exception`` (``KeyboardInterrupt``,
+``SystemExit``, ``GeneratorExit``, ...) raised by the source, the model, a sink, the governor or a
+callback is accounted like an ordinary one at that stage (the frame is dropped with reason "error",
+or counted processed with a sink error, the sinks after that sink skipping the frame), and passed
+to ``on_error``; then it ends the pipeline: ``stop("discard")``, every
+thread ends, and ``run()`` re-raises that same exception to its caller once the pipeline has
+stopped (``pipeline.error`` holds it; the first one wins). It never leaves a thread behind or a
+frame unaccounted.
+
+Terminal state: once ``run()`` returns or raises, ``join()`` returns True or ``close()`` returns
+(from the caller's thread), every pipeline thread has ended, ``state`` is STOPPED and
+``in_flight == 0``, whatever was raised and where.
+
+Re-entrant calls from a sink or callback (they run on pipeline threads): ``stop()``, ``pause()``,
+``resume()``, ``set_max_fps()``, ``swap_model()``, ``counters()`` and the properties are safe.
+``close()`` on a pipeline thread only stops (it cannot wait for the thread it runs on) and
+returns at once; the pipeline ends after the sink returns. ``join()`` and ``run()`` /
+``start()`` on a pipeline thread raise :class:`~edge_sdk.pipelines.errors.PipelineStateError`.
+
+Source drops (the hook for per-frame source failures such as an unreadable or undecodable file):
+a source's ``read()`` returns a :class:`~edge_sdk.pipelines.sources.FrameDrop` (a ``_read`` hook
+returns ``Capture.dropped(reason, detail)``) for an item it read but cannot deliver; the pipeline
+counts it in ``frames_in`` and ``dropped[reason]`` (any reason string, e.g. "decode_error") and
+passes it to ``on_drop``. Raising from ``read()`` means the source failed (see Errors).
 """
 
 from __future__ import annotations
@@ -100,7 +127,6 @@ from .sinks import CallbackSink, Sink
 from .sources import Frame, FrameDrop, FrameSource, SourceOptions, SourceState, source_from_uri
 
 if TYPE_CHECKING:  # pragma: no cover
-
     from ..model import Result
 
 __all__ = ["DROP_POLICIES", "DROP_REASONS", "FrameResult", "PipelineCounters", "PipelineOptions", "PipelineState", "VisionPipeline"]
@@ -249,6 +275,7 @@ class PipelineCounters:
 
 class PipelineState(str, enum.Enum):
     """A pipeline's lifecycle: NEW -> RUNNING -> STOPPING -> STOPPED."""
+
     NEW = "new"
     RUNNING = "running"
     STOPPING = "stopping"
@@ -256,7 +283,7 @@ class PipelineState(str, enum.Enum):
 
 
 def _preprocess_mode(requested: str, model: Any, workers: int) -> str:
-    """"capture" or "worker" for PipelineOptions.preprocess (see the module docs)."""
+    """ "capture" or "worker" for PipelineOptions.preprocess (see the module docs)."""
     if not _has_split_api(model):
         return "worker"
     if requested != "auto":
@@ -352,7 +379,9 @@ class VisionPipeline:
         self._wake = threading.Event()  # set by stop / pause / resume / set_max_fps: the capture thread re-reads them
         self._finished = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._error: BaseException | None = None
+        self._threads_alive = 0  # pipeline threads not yet ended; the last one to end sets STOPPED
+        self._error: BaseException | None = None  # the source's failure (an Exception)
+        self._fatal_error: BaseException | None = None  # the first non-Exception BaseException raised anywhere
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -442,8 +471,12 @@ class VisionPipeline:
 
     @property
     def error(self) -> BaseException | None:
-        """The exception that ended the capture early (a failed source), else None."""
-        return self._error
+        """The exception that ended the pipeline early: the first fatal one (a BaseException that
+        is not an Exception, from any stage), else the source's failure, else None."""
+        return self._fatal_error or self._error
+
+    def _on_pipeline_thread(self) -> bool:
+        return threading.current_thread() in self._threads
 
     def add_drop_listener(self, callback: Callable[[FrameDrop], Any]) -> Callable[[], None]:
         """Call ``callback(drop)`` for every drop too, like ``on_drop`` (on pipeline threads; keep it
@@ -454,7 +487,8 @@ class VisionPipeline:
         return lambda: self._drop_listeners.remove(callback) if callback in self._drop_listeners else None
 
     def start(self) -> "VisionPipeline":
-        """Open the source and sinks and start the threads; returns at once."""
+        """Open the source and sinks and start the threads; returns at once. PipelineStateError
+        unless the pipeline is new (a pipeline runs once)."""
         with self._lock:
             if self._state is not PipelineState.NEW:
                 raise PipelineStateError(f"pipeline is {self._state.value}; a pipeline runs once, make a new one")
@@ -472,11 +506,30 @@ class VisionPipeline:
             raise
         n = self.options.workers
         self._workers_alive = n
-        self._threads = [threading.Thread(target=self._capture_loop, name="edge-sdk-pipeline-capture", daemon=True)]
-        self._threads += [threading.Thread(target=self._worker_loop, name=f"edge-sdk-pipeline-infer-{i}", daemon=True) for i in range(n)]
-        self._threads.append(threading.Thread(target=self._output_loop, name="edge-sdk-pipeline-output", daemon=True))
-        for t in self._threads:
-            t.start()
+        bodies: list[tuple[Callable[[], None], str]] = [(self._capture_loop, "edge-sdk-pipeline-capture")]
+        bodies += [(self._worker_loop, f"edge-sdk-pipeline-infer-{i}") for i in range(n)]
+        bodies.append((self._output_loop, "edge-sdk-pipeline-output"))
+        threads = [threading.Thread(target=self._thread_main, args=(body,), name=name, daemon=True) for body, name in bodies]
+        with self._lock:
+            self._threads = threads
+            self._threads_alive = len(threads)
+        started = 0
+        try:
+            for t in threads:
+                t.start()
+                started += 1
+        except BaseException as e:  # a thread could not start (RuntimeError: can't start new thread)
+            self._fatal(e)
+            with self._cond:  # the threads that never ran will not end: count them out
+                self._threads_alive -= len(threads) - started
+                if started == 0:
+                    self._capture_done = True
+                self._workers_alive -= n - min(max(started - 1, 0), n)
+                self._cond.notify_all()
+                last = self._threads_alive == 0
+            if last:
+                self._finish()
+            raise
         return self
 
     def stop(self, mode: str | None = None) -> None:
@@ -510,7 +563,11 @@ class VisionPipeline:
         self._report_drops(drops)
 
     def join(self, timeout: float | None = None) -> bool:
-        """Wait for the threads to end; True when they have (then ``in_flight == 0``)."""
+        """Wait for the threads to end; True when they have (then ``in_flight == 0`` and the state
+        is STOPPED). PipelineStateError on a pipeline thread (a sink or callback): it would wait
+        for itself."""
+        if self._on_pipeline_thread():
+            raise PipelineStateError("join() called on one of the pipeline's own threads (a sink or callback) would wait for itself")
         deadline = None if timeout is None else time.monotonic() + timeout
         for t in self._threads:
             t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
@@ -518,7 +575,13 @@ class VisionPipeline:
 
     def run(self) -> PipelineCounters:
         """Start, wait until the source ends or ``stop()`` is called, and return the counters.
-        Raises the SourceError of a source that failed; on KeyboardInterrupt discards and stops."""
+        Raises the SourceError of a source that failed, and re-raises a fatal exception (a
+        BaseException that is not an Exception, e.g. KeyboardInterrupt or SystemExit) raised by
+        any stage, once every thread has ended. On a KeyboardInterrupt (or any exception) in the
+        caller's own wait, discards, stops, joins and re-raises it. PipelineStateError unless the
+        pipeline is new, or on a pipeline thread."""
+        if self._on_pipeline_thread():
+            raise PipelineStateError("run() called on one of the pipeline's own threads (a sink or callback); a pipeline runs once")
         self.start()
         try:
             while not self._finished.wait(0.2):
@@ -529,15 +592,21 @@ class VisionPipeline:
             raise
         if not self.join(self.options.join_timeout_s):
             raise PipelineError(f"pipeline threads did not end within {self.options.join_timeout_s} s")
+        if self._fatal_error is not None:
+            raise self._fatal_error
         if self._error is not None:
-            if isinstance(self._error, SourceError):
+            if isinstance(self._error, PipelineError):  # a SourceError, or a pipeline thread's failure
                 raise self._error
             raise SourceError(f"source {self.source.name!r} failed: {self._error!r}") from self._error
         return self.counters()
 
     def close(self, mode: str | None = None) -> None:
-        """Stop and join (idempotent). Raises PipelineError if the threads outlive ``join_timeout_s``."""
+        """Stop and join (idempotent). Raises PipelineError if the threads outlive ``join_timeout_s``.
+        On a pipeline thread (a sink or callback) it only stops and returns at once: the pipeline
+        ends after that sink or callback returns."""
         self.stop(mode)
+        if self._on_pipeline_thread():
+            return
         if not self.join(self.options.join_timeout_s):
             raise PipelineError(f"pipeline threads did not end within {self.options.join_timeout_s} s")
 
@@ -592,7 +661,15 @@ class VisionPipeline:
         label = name or self.source.name
 
         def on_drop(d: FrameDrop) -> None:
-            emit("pipeline", "drop", pipeline=label, reason=d.reason, frame=d.index, detail=d.detail, provenance=getattr(self.model, "provenance", None))
+            emit(
+                "pipeline",
+                "drop",
+                pipeline=label,
+                reason=d.reason,
+                frame=d.index,
+                detail=d.detail,
+                provenance=getattr(self.model, "provenance", None),
+            )
 
         return self.add_drop_listener(on_drop)
 
@@ -605,25 +682,103 @@ class VisionPipeline:
         self._dropped[reason] = self._dropped.get(reason, 0) + 1
         return FrameDrop(index, reason, detail, _now_ms(), self.source.name)
 
+    # -- errors and callbacks (call without the lock) -------------------------------------------------
+
+    def _fatal(self, exc: BaseException) -> None:
+        """A BaseException that is not an Exception reached a stage: keep the first one (run()
+        re-raises it after the threads end) and stop at once, discarding what is queued."""
+        with self._lock:
+            if self._fatal_error is None:
+                self._fatal_error = exc
+        try:
+            self.stop("discard")
+        except BaseException:  # a source whose interrupt() raises: the stop flags are set before it
+            _log.exception("stopping after %s raised", type(exc).__name__)
+
+    def _callback_raised(self, what: str, exc: BaseException) -> None:
+        if isinstance(exc, Exception):
+            _log.exception("%s callback raised (ignored)", what)
+        else:
+            self._fatal(exc)
+
     def _report_drops(self, drops: list[FrameDrop]) -> None:
         if not drops or (self._on_drop is None and not self._drop_listeners):
             return
-        callbacks = ([self._on_drop] if self._on_drop is not None else []) + self._drop_listeners
+        callbacks = ([self._on_drop] if self._on_drop is not None else []) + list(self._drop_listeners)
         for d in drops:
             for cb in callbacks:
                 try:
                     cb(d)
-                except Exception:
-                    _log.exception("on_drop callback raised (ignored)")
+                except BaseException as e:
+                    self._callback_raised("on_drop", e)
 
     def _report_error(self, exc: BaseException, frame: Frame | None) -> None:
-        if self._on_error is None:
-            _log.warning("frame %s: %s: %s", None if frame is None else frame.index, type(exc).__name__, exc)
-            return
+        """Pass ``exc`` to ``on_error``; a fatal ``exc`` then stops the pipeline (see the module docs)."""
         try:
-            self._on_error(exc, frame)
-        except Exception:
-            _log.exception("on_error callback raised (ignored)")
+            if self._on_error is None:
+                _log.warning("frame %s: %s: %s", None if frame is None else frame.index, type(exc).__name__, exc)
+            else:
+                self._on_error(exc, frame)
+        except BaseException as e:
+            self._callback_raised("on_error", e)
+        finally:
+            if not isinstance(exc, Exception):
+                self._fatal(exc)
+
+    # -- threads -----------------------------------------------------------------------------------
+
+    def _thread_main(self, body: Callable[[], None]) -> None:
+        """Run one stage; whatever it raises (a bug in the pipeline itself) stops the pipeline
+        instead of leaving the other threads waiting, and the last thread to end finishes it."""
+        try:
+            body()
+        except Exception as e:
+            name = threading.current_thread().name
+            _log.exception("pipeline thread %s failed", name)
+            with self._lock:
+                if self._error is None:
+                    err = PipelineError(f"pipeline thread {name} failed: {type(e).__name__}: {e}")
+                    err.__cause__ = e
+                    self._error = err
+            try:
+                self.stop("discard")
+            except BaseException:
+                _log.exception("stopping after a pipeline thread failed")
+        except BaseException as e:
+            self._fatal(e)
+        finally:
+            with self._cond:
+                self._threads_alive -= 1
+                last = self._threads_alive == 0
+                self._cond.notify_all()
+            if last:
+                self._finish()
+
+    def _finish(self) -> None:
+        """Every thread has ended: account what a failed stage left behind as "shutdown" (nothing
+        in a normal run), set STOPPED and wake run()."""
+        drops: list[FrameDrop] = []
+        with self._cond:
+            while self._queue:
+                f = self._queue.popleft()[0]
+                drops.append(self._drop_locked(f.index, "shutdown", "pipeline ended before it was inferred"))
+            for done in self._done.values():
+                if done is not None:
+                    self._emitting -= 1
+                    drops.append(self._drop_locked(done[0].index, "shutdown", "pipeline ended before it reached the sinks"))
+            self._done.clear()
+            for name in ("_preparing", "_waiting", "_inferring", "_emitting"):
+                n = getattr(self, name)
+                if n:  # a stage died holding a frame it had not accounted: cannot happen short of a bug
+                    _log.error("pipeline ended with %s=%d; counted as shutdown drops", name.lstrip("_"), n)
+                    self._dropped["shutdown"] += n
+                    setattr(self, name, 0)
+            self._state = PipelineState.STOPPED
+            self._cond.notify_all()
+        try:
+            self._report_drops(drops)
+        finally:
+            self._finished.set()
 
     # -- stages ------------------------------------------------------------------------------------
 
@@ -632,6 +787,12 @@ class VisionPipeline:
         re-reads them afterwards (the event is cleared before that, so no change is missed)."""
         self._wake.wait(timeout_s)
         self._wake.clear()
+
+    def _count_source_drop(self, item: FrameDrop) -> None:
+        with self._lock:
+            self._frames_in += 1
+            self._dropped[item.reason] = self._dropped.get(item.reason, 0) + 1
+        self._report_drops([item])
 
     def _capture_loop(self) -> None:
         src = self.source
@@ -659,10 +820,7 @@ class VisionPipeline:
                 if item is None:
                     break
                 if isinstance(item, FrameDrop):
-                    with self._lock:
-                        self._frames_in += 1
-                        self._dropped[item.reason] = self._dropped.get(item.reason, 0) + 1
-                    self._report_drops([item])
+                    self._count_source_drop(item)
                     continue
                 if live and self._paused:
                     with self._lock:
@@ -696,7 +854,7 @@ class VisionPipeline:
                     self._preparing += 1
                 try:
                     prepared = model.prepare_image(item.image, color=item.color)
-                except Exception as e:
+                except BaseException as e:  # the frame's error; a fatal one also stops the pipeline
                     with self._lock:
                         self._preparing -= 1
                         d = self._drop_locked(item.index, "error", f"frame {item.index}: {type(e).__name__}: {e}")
@@ -704,18 +862,23 @@ class VisionPipeline:
                     self._report_drops([d])
                     continue
                 self._admit(item, prepared, model, counted=True)
-        except BaseException as e:  # a failed source ends the capture; run() raises it
+        except Exception as e:  # a failed source ends the capture; run() raises it
             error = e
+        except BaseException as e:  # fatal: run() re-raises it once everything has stopped
+            self._fatal(e)
         finally:
             try:
                 src.close()
             except Exception as e:
                 error = error or e
-            with self._cond:
-                self._capture_done = True
-                if error is not None:
-                    self._error = error
-                self._cond.notify_all()
+            except BaseException as e:
+                self._fatal(e)
+            finally:
+                with self._cond:
+                    self._capture_done = True
+                    if error is not None and self._error is None:
+                        self._error = error
+                    self._cond.notify_all()
 
     def _admit(self, frame: Frame, prepared: Any, prepared_by: Any, counted: bool = False) -> None:
         """Queue ``(frame, prepared, prepared_by)`` under the drop policy. ``counted``: frames_in
@@ -746,10 +909,12 @@ class VisionPipeline:
                 q.append(item)
             else:  # block: back-pressure the source
                 self._waiting += 1
-                while len(q) >= cap and not self._discard:
-                    self._cond.wait()
-                self._waiting -= 1
-                if self._discard:
+                try:
+                    while len(q) >= cap and not self._discard and self._workers_alive:
+                        self._cond.wait()
+                finally:
+                    self._waiting -= 1
+                if self._discard or not self._workers_alive:
                     drops.append(self._drop_locked(frame.index, "shutdown", "discarded by stop()"))
                 else:
                     q.append(item)
@@ -779,7 +944,7 @@ class VisionPipeline:
                     self._next_take += 1
                     self._inferring += 1
                     self._cond.notify_all()  # room in the queue
-                err: Exception | None = None
+                err: BaseException | None = None
                 fr: tuple[Frame, Any, float] | None = None
                 try:
                     if prepared is not None:
@@ -787,7 +952,7 @@ class VisionPipeline:
                     else:
                         result = model.predict_image(frame.image, color=frame.color, **kw)
                     fr = (frame, result, _now_ms())
-                except Exception as e:
+                except BaseException as e:  # the frame's error; a fatal one also stops the pipeline
                     err = e
                 drop: FrameDrop | None = None
                 with self._cond:
@@ -812,43 +977,46 @@ class VisionPipeline:
                 self._workers_alive -= 1
                 self._cond.notify_all()
 
-    def _output_loop(self) -> None:
-        next_seq = 0
+    def _emit(self, frame: Frame, result: Any, t_done: float) -> None:
+        """Hand one result to the sinks; it counts as processed whatever they raise."""
+        failures: list[BaseException] = []
         try:
-            while True:
-                with self._cond:
-                    while next_seq not in self._done:
-                        if self._workers_alive == 0:
-                            return
-                        self._cond.wait()
-                    done = self._done.pop(next_seq)
-                next_seq += 1
-                if done is None:
-                    continue
-                frame, result, t_done = done
-                gov = self.governor
-                state = None
-                if gov is not None:
+            state = None
+            gov = self.governor
+            if gov is not None:
+                try:
                     state = gov.state.value
                     timings = getattr(result, "timings", None)
                     if timings is not None:
                         gov.record_inference(timings.total_ms / 1e3)
-                fr = FrameResult(frame.index, frame.timestamp_ms, result, t_done - frame.timestamp_ms, frame, state)
-                failures: list[BaseException] = []
-                for sink in self.sinks:
-                    try:
-                        sink.write(fr)
-                    except Exception as e:
-                        failures.append(e)
-                with self._cond:
-                    self._emitting -= 1
-                    self._processed += 1
-                    self._sink_errors += len(failures)
-                    self._cond.notify_all()
-                for err in failures:
-                    self._report_error(err, fr.frame)
+                except BaseException as e:  # reported like a sink's error, not counted as one
+                    self._report_error(e, frame)
+            fr = FrameResult(frame.index, frame.timestamp_ms, result, t_done - frame.timestamp_ms, frame, state)
+            for sink in self.sinks:
+                try:
+                    sink.write(fr)
+                except BaseException as e:
+                    failures.append(e)
+                    if not isinstance(e, Exception):
+                        break  # fatal: the sinks after it do not get this frame
         finally:
             with self._cond:
-                self._state = PipelineState.STOPPED
+                self._emitting -= 1
+                self._processed += 1
+                self._sink_errors += len(failures)
                 self._cond.notify_all()
-            self._finished.set()
+        for err in failures:
+            self._report_error(err, frame)
+
+    def _output_loop(self) -> None:
+        next_seq = 0
+        while True:
+            with self._cond:
+                while next_seq not in self._done:
+                    if self._workers_alive == 0:
+                        return
+                    self._cond.wait()
+                done = self._done.pop(next_seq)
+            next_seq += 1
+            if done is not None:
+                self._emit(*done)
