@@ -29,11 +29,25 @@ connection that turns out to be closed by the server is replaced once at no cost
 
 **Wire format.** ``wire="auto"`` (default): before the first infer the client reads
 ``GET /v2`` and sends binary tensors (the binary extension) when the server lists
-``binary_tensor_data``, JSON otherwise. The list is not trusted alone: a binary request answered
-with a 4xx (other than 401/403/404/429), a 200 that does not parse, or -- while no binary
-request has yet succeeded against this server -- a 500/501 (MLServer 1.7 answers binary bodies
-with a 500) is sent again once as JSON, and the client keeps JSON for that server (a ``"wire"``
-event). ``wire="json"`` / ``"binary"`` force a format (a refused binary request still falls back).
+``binary_tensor_data``, JSON otherwise. The list is not trusted alone, either way:
+
+- *Listed but refused*: a binary request answered with a 4xx (other than 401/403/404/429), or --
+  while no binary request has yet succeeded against this server -- a 200 that does not parse or
+  a 500/501 (MLServer 1.7 answers binary bodies with a 500) is sent again once as JSON, and the
+  client keeps JSON for that server (a ``"wire"`` event, ``details["wire"] == "json"``).
+- *Not listed but taken*: once a JSON infer has succeeded, the next infer is sent binary once
+  (the probe; one at a time, other requests stay JSON meanwhile). A success switches the client
+  to binary for good (a ``"wire"`` event, ``details["wire"] == "binary"``); a refusal (the rules
+  above) is sent again once as JSON and the client keeps JSON for good (a ``"wire"`` event); any
+  other failure (timeout, 503, breaker open, ...) is raised as usual and the probe is tried again
+  on a later infer.
+
+``wire="json"`` / ``"binary"`` force a format (no probe; a refused binary request still falls
+back). :attr:`RemoteClient.wire` says what infer uses now.
+
+**Versioned routes.** A server may not serve ``/versions/{v}`` routes at all (several third-party
+v2 servers do not); :func:`edge_sdk.remote.session.check_compatible` finds that out and calls
+:meth:`RemoteClient.use_unversioned`, after which every path for that model is unversioned.
 
 **TLS and credentials.** https always verifies the certificate chain and the host name
 (``ssl.create_default_context``, plus ``ca_file``); ``pins_sha256`` additionally requires the
@@ -44,7 +58,10 @@ included). Redirects are never followed: a 3xx is a :class:`RemoteProtocolError`
 
 **Answers are checked** before anything is returned: status, size (``max_response_bytes``,
 checked on Content-Length and while reading), JSON, every expected output with its datatype
-and shape, the model name and the request id. Nothing half-accepted.
+and shape, the model name and the request id. Nothing half-accepted. Whatever is wrong with a
+2xx answer (deep nesting, wrong field types, a 400-digit number, a huge or ragged shape, a binary
+header that lies, ...) is a :class:`RemoteProtocolError`, never another exception; it counts as a
+server failure for the circuit breaker and is never retried (the request ran).
 
 **Privacy** (:mod:`edge_sdk.remote.privacy`): ``infer`` checks the model's policy (the
 ``privacy`` argument, else the client's ``privacy`` for that model, else "never") before any
@@ -209,8 +226,8 @@ class ModelMetadata:
 def _json_object(body: bytes, what: str) -> dict[str, Any]:
     try:
         doc = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise RemoteProtocolError(f"{what}: the body is not JSON ({e})") from None
+    except (ValueError, RecursionError, MemoryError) as e:  # JSONDecodeError, UnicodeDecodeError, the int-digits limit, deep nesting
+        raise RemoteProtocolError(f"{what}: the body is not usable JSON ({type(e).__name__}: {str(e)[:200]})") from None
     if not isinstance(doc, dict):
         raise RemoteProtocolError(f"{what}: expected a JSON object, got {type(doc).__name__}")
     return doc
@@ -224,6 +241,22 @@ def _strs(v: Any, where: str) -> tuple[str, ...]:
     return tuple(v)
 
 
+_MAX_RANK = 64  # numpy's limit
+
+
+def _is_dim(d: Any) -> bool:
+    return isinstance(d, int) and not isinstance(d, bool) and -1 <= d < 2**63
+
+
+def _short(v: Any, n: int = 200) -> str:
+    """``repr(v)`` cut to ``n`` characters, whatever ``v`` is (deeply nested, huge ints, ...)."""
+    try:
+        text = repr(v)
+    except (ValueError, RecursionError, MemoryError):
+        return f"<{type(v).__name__}>"
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
 def _tensor_meta(v: Any, where: str) -> tuple[TensorMetadata, ...]:
     if v is None:
         return ()
@@ -235,8 +268,10 @@ def _tensor_meta(v: Any, where: str) -> tuple[TensorMetadata, ...]:
         if not isinstance(t, dict) or not isinstance(t.get("name"), str) or not isinstance(t.get("datatype"), str):
             raise RemoteProtocolError(f"{w}: expected an object with string 'name' and 'datatype'")
         shape = t.get("shape")
-        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= -1 for d in shape):
-            raise RemoteProtocolError(f"{w} {t['name']!r}: shape: expected a list of ints >= -1, got {shape!r}")
+        if not isinstance(shape, list) or len(shape) > _MAX_RANK or not all(_is_dim(d) for d in shape):
+            raise RemoteProtocolError(
+                f"{w} {t['name']!r}: shape: expected a list of at most {_MAX_RANK} ints in [-1, 2**63), got {_short(shape)}"
+            )
         out.append(TensorMetadata(t["name"], t["datatype"], tuple(shape)))
     return tuple(out)
 
@@ -438,6 +473,10 @@ class RemoteClient:
         self._privacy = privacy
         self._wire: str | None = None if wire == "auto" else wire
         self._binary_confirmed = False  # a binary infer has succeeded against this server
+        self._json_ok = False  # a JSON infer has succeeded (the binary probe waits for one)
+        # the binary probe (module docs): "pending" (auto and JSON chosen), "in_flight", None (no probe)
+        self._probe: str | None = None
+        self._unversioned: set[str] = set()  # models whose server serves no /versions/{v} routes
         self._clock, self._wallclock, self._sleep, self._rand = clock, wallclock, sleep, rand
         self._budget = RetryBudget.from_policy(self.retry, clock=clock)
         self.breaker = breaker or CircuitBreaker(clock=clock, wallclock=wallclock)
@@ -455,6 +494,16 @@ class RemoteClient:
     def wire(self) -> str | None:
         """The wire format infer uses now: ``"binary"``, ``"json"``, or None (not negotiated yet)."""
         return self._wire
+
+    def use_unversioned(self, name: str) -> None:
+        """Address model ``name`` without ``/versions/{v}`` from now on (its server does not serve
+        versioned routes; :func:`~edge_sdk.remote.session.check_compatible` finds that out)."""
+        with self._lock:
+            self._unversioned.add(name)
+
+    def serves_versions(self, name: str) -> bool:
+        """False once :meth:`use_unversioned` was called for ``name``."""
+        return name not in self._unversioned
 
     @property
     def retry_budget(self) -> RetryBudget:
@@ -527,20 +576,49 @@ class RemoteClient:
         deadline = self._deadline(deadline_s)
         request_id = uuid.uuid4().hex
         wire = self._negotiate(deadline)
+        probing = wire == "json" and self._start_probe()
+        if probing:
+            wire = "binary"
         try:
             resp = self._infer_as(wire, path, name, version, inputs, outputs, expected, request_id, deadline)
-            if wire == "binary":
-                self._binary_confirmed = True
-            return resp
         except RemoteError as e:
             if wire != "binary" or not _binary_refused(e, self._binary_confirmed):
+                if probing:
+                    with self._lock:
+                        self._probe = "pending"  # inconclusive (timeout, 503, breaker open, ...): probe again later
                 raise
             with self._lock:
                 self._wire = "json"
-            reason = f"binary request refused ({e}); using JSON for this server"
-            _log.info("%s: %s", self.endpoint.url, reason)
-            emit(self.on_event, RemoteEvent("wire", self._wallclock(), self.endpoint.url, reason, details={"wire": "json"}))
-            return self._infer_as("json", path, name, version, inputs, outputs, expected, request_id, deadline)
+                self._probe = None
+            what = "binary probe" if probing else "binary request"
+            self._wire_event(f"{what} refused ({e}); using JSON for this server", "json")
+            resp = self._infer_as("json", path, name, version, inputs, outputs, expected, request_id, deadline)
+            self._json_ok = True
+            return resp
+        if wire == "binary":
+            self._binary_confirmed = True
+            if probing:
+                with self._lock:
+                    self._wire = "binary"
+                    self._probe = None
+                self._wire_event(f"binary tensors accepted although {protocol.BINARY_EXTENSION!r} is not listed; using binary", "binary")
+        else:
+            self._json_ok = True
+        return resp
+
+    def _start_probe(self) -> bool:
+        """True (and the probe is in flight) when this infer should probe binary (module docs)."""
+        if self._probe != "pending" or not self._json_ok:
+            return False
+        with self._lock:
+            if self._probe != "pending" or self._wire != "json":
+                return False
+            self._probe = "in_flight"
+            return True
+
+    def _wire_event(self, reason: str, wire: str) -> None:
+        _log.info("%s: %s", self.endpoint.url, reason)
+        emit(self.on_event, RemoteEvent("wire", self._wallclock(), self.endpoint.url, reason, details={"wire": wire}))
 
     def privacy_for(self, name: str) -> PrivacyPolicy:
         """The client's policy for model ``name`` ("never" when none was given)."""
@@ -567,6 +645,8 @@ class RemoteClient:
         with self._lock:
             if self._wire is None:
                 self._wire = wire
+                if wire == "json":
+                    self._probe = "pending"  # not listed (or no metadata): probe binary once (module docs)
             return self._wire
 
     def _infer_as(
@@ -592,19 +672,20 @@ class RemoteClient:
         def decode(r: _Response) -> protocol.InferResponse:
             try:
                 resp = protocol.decode_response(r.body, r.headers, expected=expected, max_bytes=self.max_response_bytes)
-            except protocol.ProtocolError as e:
+            except Exception as e:  # noqa: BLE001 - a hostile answer may raise anything: typed here, nothing escapes
+                msg = _unreadable(e)
                 if binary:
                     try:
                         protocol.decode_response(r.body, r.headers, max_bytes=self.max_response_bytes)
-                    except protocol.ProtocolError:
-                        raise _WireRefused(f"infer {name!r}: {e}") from None
-                raise RemoteProtocolError(f"infer {name!r}: {e}") from None
+                    except Exception:  # noqa: BLE001 - it does not parse at all
+                        raise _WireRefused(f"infer {name!r}: {msg}") from None
+                raise RemoteProtocolError(f"infer {name!r}: {msg}") from None
             if resp.model_name and resp.model_name != name:
-                raise RemoteProtocolError(f"infer {name!r}: the answer is for model {resp.model_name!r}")
+                raise RemoteProtocolError(f"infer {name!r}: the answer is for model {_short(resp.model_name)}")
             if version is not None and resp.model_version not in (None, "", version):
-                raise RemoteProtocolError(f"infer {name!r}: asked for version {version!r}, the answer is from {resp.model_version!r}")
+                raise RemoteProtocolError(f"infer {name!r}: asked for version {version!r}, the answer is from {_short(resp.model_version)}")
             if resp.id and resp.id != request_id:
-                raise RemoteProtocolError(f"infer {name!r}: the answer's id {resp.id!r} is not this request's")
+                raise RemoteProtocolError(f"infer {name!r}: the answer's id {_short(resp.id)} is not this request's")
             missing = [o for o in (outputs or ()) if o not in resp.outputs]
             if missing:
                 raise RemoteProtocolError(f"infer {name!r}: output(s) {missing} asked for and missing (got {sorted(resp.outputs)})")
@@ -623,6 +704,8 @@ class RemoteClient:
     def _model_path(self, name: str, version: str | None, tail: str = "") -> str:
         if not isinstance(name, str) or (version is not None and not isinstance(version, str)):
             raise RemoteConfigError("model name and version must be strings")
+        if version is not None and name in self._unversioned:
+            version = None  # the server serves no versioned routes (use_unversioned)
         try:
             return protocol.model_path(quote(name, safe=""), None if version is None else quote(version, safe=""), tail)
         except protocol.ProtocolError as e:
@@ -665,6 +748,9 @@ class RemoteClient:
                 e.status = s
                 _scrub_error(e, self._token)
                 raise _Failed(e, retry=False) from None
+            except Exception as e:  # noqa: BLE001 - a malformed answer is a typed, counted server failure
+                bad = RemoteProtocolError(_scrub(f"{where}: {_unreadable(e)}", self._token), status=s)
+                raise _Failed(bad, retry=False) from None
         if 300 <= s < 400:
             loc = r.headers.get("location", "")
             target = loc.split("?", 1)[0][:200]
@@ -672,7 +758,7 @@ class RemoteClient:
                 f"{where}: HTTP {s} redirect to {target!r} refused (redirects are never followed)", status=s
             )
             raise _Failed(_scrub_error(err, self._token), retry=False, breaker=False)
-        msg = _scrub(f"{where}: {protocol.error_message(s, r.body[:_HEALTH_MAX_BYTES], r.headers.get('content-type'))}", self._token)
+        msg = _scrub(f"{where}: {_error_text(s, r.body[:_HEALTH_MAX_BYTES], r.headers.get('content-type'))}", self._token)
         if s in (401, 403):
             raise _Failed(RemoteAuthError(msg, status=s), retry=False, breaker=False)
         if s in RETRY_STATUSES:
@@ -958,12 +1044,37 @@ def _suffix(e: RemoteError, text: str) -> None:
         e.args = (e.args[0] + text,) + e.args[1:]
 
 
+def _unreadable(e: BaseException) -> str:
+    """What went wrong reading an answer, as a message (the protocol's own, or the exception's type and text, cut short)."""
+    if isinstance(e, (protocol.ProtocolError, RemoteError)):
+        text = str(e)  # a protocol message may quote the answer: cut it short
+        return text if len(text) <= 500 else text[:497] + "..."
+    if isinstance(e, RecursionError):
+        return "the answer is nested too deeply to read"
+    if isinstance(e, MemoryError):
+        return "the answer needs more memory than it can be given"
+    try:
+        text = str(e)
+    except Exception:  # noqa: BLE001
+        text = ""
+    return f"the answer could not be read ({type(e).__name__}: {text[:200]})"
+
+
+def _error_text(status: int, body: bytes, content_type: str | None) -> str:
+    """``protocol.error_message``, but never raising (a hostile error body may be nested or odd)."""
+    try:
+        return protocol.error_message(status, body, content_type)
+    except Exception:  # noqa: BLE001
+        return f"HTTP {status}: (an error body that cannot be read)"
+
+
 def _binary_refused(e: RemoteError, confirmed: bool) -> bool:
-    """A binary request refused in a way JSON may fix: a 4xx other than 401/403/404/429, an
-    answer that did not parse at all, or -- until a binary request has succeeded against this
-    server -- a 500/501 (MLServer 1.7 answers a binary body with a 500 from its error handler)."""
+    """A binary request refused in a way JSON may fix: a 4xx other than 401/403/404/429, or --
+    until a binary request has succeeded against this server -- an answer that did not parse
+    at all or a 500/501 (MLServer 1.7 answers a binary body with a 500 from its error handler).
+    Once binary has worked, an answer that does not parse is a malformed answer (the request ran)."""
     if isinstance(e, _WireRefused):
-        return True
+        return not confirmed
     if isinstance(e, RemoteRejectedError):
         return e.status != 404
     return not confirmed and type(e) is RemoteUnavailableError and e.status in (500, 501)

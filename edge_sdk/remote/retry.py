@@ -138,17 +138,22 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     """Seconds to wait from a ``Retry-After`` value: delta-seconds (``"120"``) or an HTTP-date
     (``"Wed, 21 Oct 2015 07:28:00 GMT"``, relative to ``now``, a Unix time, default the wall
     clock; a date in the past is 0). None for a missing or unreadable value."""
-    if value is None:
+    if not isinstance(value, str):
         return None
     v = value.strip()
-    if v.isdigit():
-        return float(int(v))
+    if v.isascii() and v.isdigit():
+        # a hostile 400-digit value is "a very long time", not an OverflowError; past ~31 years, all the same
+        return float(int(v)) if len(v) <= 9 else 1e9
     try:
         dt = email.utils.parsedate_to_datetime(v)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if dt is None:
         return None
     if dt.tzinfo is None:  # "-0000": RFC 9110 HTTP-dates are always GMT
         dt = dt.replace(tzinfo=datetime.timezone.utc)
-    return max(0.0, dt.timestamp() - (time.time() if now is None else now))
+    try:
+        ts = dt.timestamp()
+    except (OverflowError, ValueError, OSError):
+        return None
+    return max(0.0, ts - (time.time() if now is None else now))

@@ -17,8 +17,18 @@ Decision, per request (the first that applies):
    or the attached governor is CRITICAL (``offload_on_critical``) -> remote;
 3. the local queue is full: ``max_local_queue`` requests already wait for the local model -> remote;
 4. the latency objective is at risk: (requests ahead + 1) x the local service time (an
-   exponentially weighted mean of recent local calls) > ``latency_objective_ms`` -> remote;
+   exponentially weighted mean of recent local calls) > ``latency_objective_ms`` -> remote --
+   unless it is time for a probe: the local model is idle and ``probe_every`` requests were
+   offloaded by the objective, or ``probe_interval_s`` passed, since the last local call; then
+   this one request is served locally (trigger ``latency_probe``) to refresh the estimate;
 5. otherwise local.
+
+**The estimate.** The first ``cold_calls`` local calls (default 1: the first call imports and
+warms up the runtime, OpenCV, caches) are cold: each one's time stands in for the estimate only
+until the next call replaces it; the moving average starts from the first warm call. A probe's
+time weighs at least half (``max(ewma_alpha, 0.5)``), so an estimate left high by a slow spell
+recovers within a few probes; without probes an offloaded router would never measure local
+again and could offload everything for good.
 
 Then:
 
@@ -40,7 +50,8 @@ it (:attr:`Router.offloads`); :func:`edge_sdk.telemetry.router_samples` exports 
 :meth:`Router.subscribe` gets a :class:`RouterEvent` for every offload and fallback (what
 :class:`edge_sdk.telemetry.EventLog` logs). Triggers (:data:`TRIGGERS`): ``no_local``, ``forced``,
 ``governor_critical``, ``queue_full``, ``latency_objective``, ``local_error``, ``cascade`` (served
-remote); ``local_first``, ``no_remote``, ``remote_failed``, ``cascade_remote_failed`` (served locally).
+remote); ``local_first``, ``latency_probe``, ``no_remote``, ``remote_failed``,
+``cascade_remote_failed`` (served locally).
 """
 
 from __future__ import annotations
@@ -60,7 +71,7 @@ __all__ = ["TRIGGERS", "RoutedResult", "Router", "RouterError", "RouterEvent", "
 #: Why a request was served where it was (the ``trigger`` of the counters and events).
 TRIGGERS = (
     "no_local", "forced", "governor_critical", "queue_full", "latency_objective", "local_error", "cascade",
-    "local_first", "no_remote", "remote_failed", "cascade_remote_failed",
+    "local_first", "latency_probe", "no_remote", "remote_failed", "cascade_remote_failed",
 )  # fmt: skip
 
 
@@ -121,7 +132,11 @@ class RouterOptions:
     offload while the attached governor is CRITICAL. ``offload_on_local_error``: retry a local
     runtime failure remotely. ``cascade_threshold``: escalate local classifications whose top-1
     score is under it (None: no cascade). ``deadline_s``: the most a request may wait for the
-    local model. ``ewma_alpha``: weight of the newest local call in the service-time estimate."""
+    local model. ``ewma_alpha``: weight of the newest local call in the service-time estimate.
+    ``cold_calls``: the first local calls whose time is not averaged (each stands in until the
+    next replaces it). ``probe_every`` / ``probe_interval_s``: while the objective offloads, serve
+    one request locally after this many such offloads / this many seconds since the last local
+    call (None: never), to refresh the estimate (module docs)."""
 
     max_local_inflight: int = 1
     max_local_queue: int = 2
@@ -131,6 +146,9 @@ class RouterOptions:
     cascade_threshold: float | None = None
     deadline_s: float = 30.0
     ewma_alpha: float = 0.2
+    cold_calls: int = 1
+    probe_every: int | None = 10
+    probe_interval_s: float | None = 5.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_local_inflight, int) or self.max_local_inflight < 1:
@@ -145,12 +163,22 @@ class RouterOptions:
             raise OptionsError(f"deadline_s: expected a number > 0, got {self.deadline_s!r}")
         if not 0.0 < self.ewma_alpha <= 1.0:
             raise OptionsError(f"ewma_alpha: expected a number in (0, 1], got {self.ewma_alpha!r}")
+        if not isinstance(self.cold_calls, int) or isinstance(self.cold_calls, bool) or self.cold_calls < 0:
+            raise OptionsError(f"cold_calls: expected an int >= 0, got {self.cold_calls!r}")
+        pe = self.probe_every
+        if pe is not None and (not isinstance(pe, int) or isinstance(pe, bool) or pe < 1):
+            raise OptionsError(f"probe_every: expected an int >= 1 or None, got {pe!r}")
+        pi = self.probe_interval_s
+        if pi is not None and not (isinstance(pi, (int, float)) and math.isfinite(pi) and pi > 0):
+            raise OptionsError(f"probe_interval_s: expected a number > 0 or None, got {pi!r}")
 
 
 class Router:
     """Routes each request to ``local`` or ``remote`` (edge_sdk Models, or anything with the same
     ``predict`` / ``predict_image``; either may be None). ``governor``: a budget Governor whose
-    CRITICAL state offloads. ``on_event(kind, detail)``: every offload decision and fallback."""
+    CRITICAL state offloads. ``on_event(kind, detail)``: every offload decision and fallback.
+    ``clock``: seconds (default ``time.perf_counter``) for the local call times and the probe
+    interval, injectable for tests."""
 
     def __init__(
         self,
@@ -161,6 +189,7 @@ class Router:
         governor: Any = None,
         on_event: Callable[[str, str], Any] | None = None,
         local_unavailable_reason: str = "",
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         if local is None and remote is None:
             raise ValueError("Router: expected a local model, a remote one, or both")
@@ -174,6 +203,11 @@ class Router:
         self._inflight = 0
         self._waiting = 0
         self._service_ms: float | None = None
+        self._clock = clock
+        self._local_calls = 0  # successful local calls (the first cold_calls are not averaged)
+        self._last_local = clock()  # when a local call last finished (or the router was made)
+        self._since_local = 0  # requests the objective offloaded since then
+        self._probing = False  # a probe is in flight
         self._forced = False
         self._counts: dict[str, int] = {}
         self._by_trigger: dict[tuple[str, str], int] = {}  # (served_by, trigger) -> requests
@@ -236,7 +270,8 @@ class Router:
 
     @property
     def local_service_ms(self) -> float | None:
-        """Moving average (EWMA, ``ewma_alpha``) of the local model's successful call times in ms; None before the first."""
+        """Moving average (EWMA, ``ewma_alpha``) of the local model's successful call times in ms; None before the first
+        (while only cold calls were seen, the latest one's time: module docs)."""
         return self._service_ms
 
     # -- telemetry: edge_sdk.telemetry Registry.track / EventLog.watch --------------------------------
@@ -339,11 +374,30 @@ class Router:
             ahead = waiting + max(0, inflight - o.max_local_inflight + 1)
             predicted = (ahead + 1) * svc
             if predicted > o.latency_objective_ms:
+                probe = self._probe_due()
+                if probe is not None:
+                    return "local", f"latency probe (estimate {svc:.1f} ms is {probe} old; refreshing it)", "latency_probe"
                 why = f"latency objective at risk (predicted {predicted:.1f} ms > {o.latency_objective_ms:g} ms)"
                 return "remote", why, "latency_objective"
         return "local", "local first", "local_first"
 
-    def _run_local(self, call: Callable[[Any], Any], deadline: float) -> Any:
+    def _probe_due(self) -> str | None:
+        """Called when the objective would offload: claim a probe (and say how old the estimate
+        is) when one is due and the local model is idle, else count the offload and return None."""
+        o = self._opts
+        with self._lock:
+            idle = self._inflight == 0 and self._waiting == 0 and not self._probing
+            age = self._clock() - self._last_local
+            if idle and o.probe_every is not None and self._since_local >= o.probe_every:
+                self._probing = True
+                return f"{self._since_local} offloads"
+            if idle and o.probe_interval_s is not None and age >= o.probe_interval_s:
+                self._probing = True
+                return f"{age:.1f} s"
+            self._since_local += 1
+            return None
+
+    def _run_local(self, call: Callable[[Any], Any], deadline: float, probe: bool = False) -> Any:
         with self._lock:
             self._waiting += 1
             try:
@@ -355,25 +409,46 @@ class Router:
             finally:
                 self._waiting -= 1
             self._inflight += 1
-        t0 = time.perf_counter()
+        t0 = self._clock()
         ok = False
         try:
             r = call(self.local)
             ok = True
             return r
         finally:
-            ms = (time.perf_counter() - t0) * 1e3
+            t1 = self._clock()
+            ms = (t1 - t0) * 1e3
             with self._lock:
                 self._inflight -= 1
                 if ok:
-                    a = self._opts.ewma_alpha
-                    self._service_ms = ms if self._service_ms is None else (1 - a) * self._service_ms + a * ms
+                    self._measured(ms, probe, t1)
                 self._lock.notify()
+
+    def _measured(self, ms: float, probe: bool, now: float) -> None:
+        """Fold one successful local call of ``ms`` into the estimate (under the lock; module docs)."""
+        o = self._opts
+        self._local_calls += 1
+        self._last_local = now
+        self._since_local = 0
+        if self._service_ms is None or self._local_calls <= o.cold_calls + 1:
+            self._service_ms = ms  # a cold call stands in; the first warm one replaces it
+        else:
+            a = max(o.ewma_alpha, 0.5) if probe else o.ewma_alpha
+            self._service_ms = (1 - a) * self._service_ms + a * ms
 
     def _route(self, call: Callable[[Any], Any]) -> RoutedResult:
         """Serve ``call(model)`` (the request, bound to its arguments) on the model the rules pick."""
         deadline = time.monotonic() + self._opts.deadline_s
         where, why, trigger = self._decide()
+        if trigger != "latency_probe":
+            return self._serve(call, deadline, where, why, trigger)
+        try:
+            return self._serve(call, deadline, where, why, trigger)
+        finally:
+            with self._lock:
+                self._probing = False
+
+    def _serve(self, call: Callable[[Any], Any], deadline: float, where: str, why: str, trigger: str) -> RoutedResult:
         if where == "remote":
             self._offload(trigger)
             try:
@@ -382,15 +457,18 @@ class Router:
                 raise
             except Exception as e:  # down, breaker open, privacy, timeout, malformed: local keeps serving
                 if self.local is None:
-                    raise RouterError(f"remote failed ({type(e).__name__}: {e}) and there is no local model ({self._no_local_reason})") from e
+                    raise RouterError(
+                        f"remote failed ({type(e).__name__}: {e}) and there is no local model ({self._no_local_reason})"
+                    ) from e
                 r = self._run_local(call, deadline)
                 self._event("local: remote failed", f"{why}; remote {type(e).__name__}: {e}", "local", "remote_failed",
                             result=r, decision=trigger, error=e)  # fmt: skip
                 return RoutedResult(r, "local", f"{why}; remote failed ({type(e).__name__}: {e}); served locally")
             self._event(f"remote: {why.split(' (')[0]}", why, "remote", trigger, result=r)
             return RoutedResult(r, "remote", why)
+        probe = trigger == "latency_probe"
         try:
-            r = self._run_local(call, deadline)
+            r = self._run_local(call, deadline, probe)
         except InputError:
             raise  # the caller's input: the remote would refuse it too
         except RouterTimeoutError:
@@ -420,7 +498,7 @@ class Router:
                     return RoutedResult(r, "local", f"{why3}; remote failed ({type(e).__name__}: {e}); local answer kept", r)
                 self._event("remote: cascade", why3, "remote", "cascade", result=rr)
                 return RoutedResult(rr, "remote", why3, r)
-        self._event(f"local: {why}", why, "local", trigger, result=r)
+        self._event(f"local: {why.split(' (')[0]}", why, "local", trigger, result=r)
         return RoutedResult(r, "local", why)
 
 

@@ -35,7 +35,7 @@ from ..profiles import DeviceProfile, resolve_profile
 from ..selection import Candidate, Selection
 from . import protocol
 from .client import ModelMetadata, RemoteClient, TensorMetadata
-from .errors import RemoteIncompatibleError, RemoteRejectedError
+from .errors import CircuitOpenError, RemoteError, RemoteIncompatibleError, RemoteRejectedError, RemoteUnavailableError
 from .privacy import PrivacyPolicy
 
 __all__ = ["RemoteSession", "check_compatible", "remote_model"]
@@ -66,6 +66,14 @@ def _shape_problems(kind: str, spec: TensorSpec, server: TensorMetadata) -> list
     return out
 
 
+def _no_versioned_routes(e: RemoteError) -> bool:
+    """The answer of a server without ``/versions/{v}`` routes to one: a 4xx refusal (404, 405,
+    400, ...) or 501 Not Implemented."""
+    if isinstance(e, RemoteRejectedError):
+        return True
+    return type(e) is RemoteUnavailableError and not isinstance(e, CircuitOpenError) and e.status == 501
+
+
 def check_compatible(
     client: RemoteClient,
     manifest: Manifest,
@@ -75,10 +83,15 @@ def check_compatible(
 ) -> ModelMetadata:
     """Check that the server serves ``manifest``'s model as declared (for ``variant``'s specs,
     default the reference variant): its name; the manifest version among the server's
-    ``versions`` (a server that lists none must answer the versioned metadata path); the same
+    ``versions``; the same
     input names, every manifest output, and for each the v2 datatype and a compatible shape
     (same rank; a fixed dim equal; a server ``-1`` matches anything; a server-fixed dim
     against a dynamic manifest input dim only when its bounds are exactly that size).
+
+    A server that lists no versions is asked the versioned metadata path; when it refuses that
+    route (a 4xx, or 501 Not Implemented: third-party servers without versioned routes), the
+    client is told to use unversioned routes for this model from now on
+    (:meth:`RemoteClient.use_unversioned`) -- such a server cannot say which version it serves.
 
     Returns the server's metadata; raises :class:`RemoteIncompatibleError` naming every
     difference, or the client's errors when the server cannot be asked."""
@@ -92,11 +105,14 @@ def check_compatible(
     if meta.versions:
         if version not in meta.versions:
             problems.append(f"version: manifest {version!r} is not among the server's {list(meta.versions)}")
-    else:
+    elif client.serves_versions(name):
         try:
             client.model_metadata(name, version, deadline_s=max(1e-3, t_end - time.monotonic()))
-        except RemoteRejectedError as e:
-            problems.append(f"version: the server lists no versions and does not serve {version!r} ({e})")
+        except (RemoteRejectedError, RemoteUnavailableError) as e:
+            if not _no_versioned_routes(e):
+                raise
+            # lists no versions and has no versioned routes (404/405/400, or 501): unversioned from now on
+            client.use_unversioned(name)
     for kind, specs, served, exact in (
         ("input", manifest.inputs_for(v), meta.inputs, True),
         ("output", manifest.outputs_for(v), meta.outputs, False),
