@@ -11,10 +11,10 @@ See :mod:`edge_sdk.store.store` for the on-disk layout, the phases and the crash
 from .health import HealthResult, run_health_check
 from .journal import TERMINAL_STATES, Journal, UpdateRecord
 from .signing import SIGNATURE_NAME, SignatureVerificationError, generate_keypair, sign_package, verify_signature
-from .store import InstalledVersion, ModelStore, StoreConfig, StoreError, UpdateResult, is_older, version_key
+from .store import InstalledVersion, ModelStore, StoreConfig, StoreError, StoreNameError, UpdateResult, is_older, version_key
 
 __all__ = [
     "HealthResult", "InstalledVersion", "Journal", "ModelStore", "SIGNATURE_NAME", "SignatureVerificationError", "StoreConfig",
-    "StoreError", "TERMINAL_STATES", "UpdateRecord", "UpdateResult", "generate_keypair", "is_older", "run_health_check",
+    "StoreError", "StoreNameError", "TERMINAL_STATES", "UpdateRecord", "UpdateResult", "generate_keypair", "is_older", "run_health_check",
     "sign_package", "verify_signature", "version_key",
 ]  # fmt: skip

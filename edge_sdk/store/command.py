@@ -41,10 +41,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _update(args: argparse.Namespace, res: Any) -> int:
     d = {k: v for k, v in asdict(res).items() if k != "health"}
+    d["skipped"] = list(res.skipped)
     if res.health is not None:
         d["health"] = asdict(res.health)
     print(
-        json.dumps(d, indent=2) if args.json else f"{res.state}: {res.model} {res.version or ''}{' - ' + res.reason if res.reason else ''}"
+        json.dumps(d, indent=2)
+        if args.json
+        else f"{res.state}: {res.model} {res.version or ''}{' - ' + res.reason if res.reason else ''}"
+        + (f" (not installed, not named by the manifest: {', '.join(res.skipped)})" if res.skipped else "")
     )
     done = res.ok or (args.models_cmd == "rollback" and res.state == "rolled_back")  # an operator rollback ends "rolled_back"
     return 0 if done else 1

@@ -35,7 +35,18 @@ store rolls back to the previous version (journaled as its own update). A start
 killed by a power loss records nothing, so it is not counted.
 
 Rollback attacks: a validly signed package whose version is older than the
-active one is refused unless ``allow_downgrade=True``. After each successful
+highest version this store has ever made active (``root/highest/<name>.json``,
+raised before each switch, never lowered; installed versions count too) is
+refused unless ``allow_downgrade=True``.
+
+Names: a model name (and a version) is used on disk as it is, never rewritten,
+so two names never share a slot: anything outside :data:`NAME_FORM` (lower-case
+ASCII) is refused with :class:`StoreNameError`.
+
+Intake (see intake.py): a folder or archive is listed and checked before a byte
+is copied: only regular files and folders, only the files the manifest names
+(plus the manifest and its signature), each of its declared size, all within
+``max_package_bytes``; files are read through descriptors that follow no link. After each successful
 update, the newest ``keep`` versions are kept (never the active or previous one).
 """
 
@@ -55,9 +66,10 @@ from typing import Any, Iterator
 
 from .. import _toml
 from ..errors import EdgeSDKError
-from ..package import ModelPackage, archive_kind, extract_archive, package_root_in
+from ..package import ModelPackage
 from ._fs import atomic_write, crash_point, fsync_dir, fsync_file, fsync_tree
 from .health import HealthResult, run_health_check
+from .intake import stage_package
 from .journal import Journal, UpdateRecord
 from .signing import verify_signature
 
@@ -67,6 +79,30 @@ INSTALL_INFO = ".store-install.json"
 
 class StoreError(EdgeSDKError):
     """A store operation cannot be done as asked (unknown model or version, no previous version, bad config)."""
+
+
+class StoreNameError(StoreError):
+    """A model name or version cannot be used as a store file name as it is (see :data:`NAME_FORM`)."""
+
+
+NAME_FORM = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+VERSION_FORM = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+!-]{0,63}")
+_NAME_RULE = "1-64 characters: lower-case ASCII letters, digits, '.', '_', '-', starting with a letter or digit"
+_VERSION_RULE = "1-64 characters: ASCII letters, digits, '.', '_', '+', '!', '-', starting with a letter or digit"
+
+
+def check_model_name(name: object) -> str:
+    """``name`` if the store can use it as a file name as it is; else :class:`StoreNameError` naming the allowed form."""
+    if not isinstance(name, str) or not NAME_FORM.fullmatch(name):
+        raise StoreNameError(f"model name {name!r} is not allowed in the store; expected {_NAME_RULE} (names are never rewritten)")
+    return name
+
+
+def check_version(version: object) -> str:
+    """``version`` if the store can use it in a folder name as it is; else :class:`StoreNameError`."""
+    if not isinstance(version, str) or not VERSION_FORM.fullmatch(version):
+        raise StoreNameError(f"version {version!r} is not allowed in the store; expected {_VERSION_RULE}")
+    return version
 
 
 @dataclass(frozen=True)
@@ -79,6 +115,9 @@ class StoreConfig:
     consecutive failed starts before an automatic rollback. health_timeout_s: the
     health check's limit when the package's ``[golden]`` gives none.
     health_start_method: "spawn" (a fresh interpreter) or "fork" (faster).
+    max_package_bytes: the most bytes an install copies into the store.
+    refuse_unreferenced: refuse a package holding files its manifest does not
+    name (by default they are not installed, and listed in ``UpdateResult.skipped``).
     """
 
     require_signatures: bool = False
@@ -87,12 +126,16 @@ class StoreConfig:
     max_start_failures: int = 3
     health_timeout_s: float = 60.0
     health_start_method: str = "spawn"
+    max_package_bytes: int = 8 * 1024**3
+    refuse_unreferenced: bool = False
 
     def __post_init__(self) -> None:
         if self.keep < 2:
             raise StoreError(f"keep: at least 2 (the active and the previous version), got {self.keep}")
         if self.max_start_failures < 1 or self.health_timeout_s <= 0:
             raise StoreError("max_start_failures must be >= 1 and health_timeout_s > 0")
+        if isinstance(self.max_package_bytes, bool) or not isinstance(self.max_package_bytes, int) or self.max_package_bytes <= 0:
+            raise StoreError(f"max_package_bytes: expected a byte count > 0, got {self.max_package_bytes!r}")
         if self.health_start_method not in ("spawn", "fork"):
             raise StoreError(f"health_start_method: 'spawn' or 'fork', got {self.health_start_method!r}")
         for k in self.trusted_keys:
@@ -130,6 +173,7 @@ class UpdateResult:
     version: str | None = None
     previous_version: str | None = None
     health: HealthResult | None = None
+    skipped: tuple[str, ...] = ()  # files in the package the manifest does not name: not installed
 
     @property
     def ok(self) -> bool:
@@ -174,10 +218,6 @@ def is_older(new: str, current: str) -> bool:
     return bool(a < b)
 
 
-def _safe_name(s: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._+-]", "_", s)[:80] or "_"
-
-
 @dataclass
 class _Update:
     tx: str
@@ -196,7 +236,7 @@ class ModelStore:
 
     def __init__(self, root: str | os.PathLike[str], config: StoreConfig | None = None) -> None:
         self.root = Path(root)
-        for sub in ("staging", "versions", "active", "trash"):
+        for sub in ("staging", "versions", "active", "trash", "highest"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         if config is not None:
             atomic_write(self.root / CONFIG_NAME, _toml.dumps(config.to_dict()).encode())
@@ -221,14 +261,35 @@ class ModelStore:
             os.close(fd)
 
     def _pointer_path(self, name: str) -> Path:
-        return self.root / "active" / f"{_safe_name(name)}.json"
+        return self.root / "active" / f"{check_model_name(name)}.json"
 
     def pointer(self, name: str) -> dict[str, Any] | None:
         """The active pointer of ``name``: {"active", "previous", "failures"} or None."""
         p = self._pointer_path(name)
         if not p.is_file():
             return None
-        return dict(json.loads(p.read_text()))
+        d = dict(json.loads(p.read_text()))
+        if d.get("model") != name:
+            raise StoreError(f"{p}: pointer of {d.get('model')!r} found where {name!r}'s was expected (store damaged?)")
+        return d
+
+    # -- the anti-rollback record ----------------------------------------------------
+
+    def highest_version(self, name: str) -> str | None:
+        """The highest version of ``name`` this store has made active (the record) or holds installed, or None."""
+        p = self.root / "highest" / f"{check_model_name(name)}.json"
+        seen = [str(json.loads(p.read_text())["version"])] if p.is_file() else []
+        seen += [v.version for v in self.versions(name)]
+        best: str | None = None
+        for v in seen:
+            if best is None or is_older(best, v):
+                best = v
+        return best
+
+    def _raise_highest(self, name: str, version: str) -> None:
+        cur = self.highest_version(name)
+        if cur is None or is_older(cur, version) or cur == version:
+            atomic_write(self.root / "highest" / f"{check_model_name(name)}.json", json.dumps({"model": name, "version": version}).encode())
 
     def _write_pointer(self, name: str, active: str | None, previous: str | None, failures: int = 0) -> None:
         p = self._pointer_path(name)
@@ -241,7 +302,7 @@ class ModelStore:
         atomic_write(p, json.dumps({"model": name, "active": active, "previous": previous, "failures": failures}).encode())
 
     def _versions_dir(self, name: str) -> Path:
-        return self.root / "versions" / _safe_name(name)
+        return self.root / "versions" / check_model_name(name)
 
     def active_path(self, name: str) -> Path | None:
         """The folder of the active version of ``name`` (what a runtime loads), or None."""
@@ -307,7 +368,8 @@ class ModelStore:
 
     def _end(self, u: _Update, state: str, reason: str = "", health: HealthResult | None = None) -> UpdateResult:
         self.journal.terminal(u.tx, u.kind, u.model, state, reason, version=u.data.get("version"))
-        return UpdateResult(u.tx, u.kind, u.model, state, reason, u.data.get("version"), u.data.get("previous_version"), health)
+        skipped = tuple(u.data.get("skipped") or ())
+        return UpdateResult(u.tx, u.kind, u.model, state, reason, u.data.get("version"), u.data.get("previous_version"), health, skipped)
 
     def install(self, source: str | os.PathLike[str], *, allow_downgrade: bool = False) -> UpdateResult:
         """Install a package folder or archive and make it active if it passes its
@@ -318,29 +380,33 @@ class ModelStore:
             staging = self.root / "staging" / u.tx
             try:
                 self._phase(u, "copying")
-                pkg_dir = self._copy_in(Path(source), staging)
-                self._phase(u, "verifying")
+                pkg_dir, skipped = self._copy_in(Path(source), staging)
+                self._phase(u, "verifying", skipped=skipped)
                 pkg = ModelPackage.open(pkg_dir)
                 signer = verify_signature(pkg_dir, self.config.trusted_keys, required=self.config.require_signatures)
                 m = pkg.manifest
-                u.model = m.name
+                u.model = check_model_name(m.name)
+                check_version(m.version)
                 ptr = self.pointer(m.name)
                 cur = self._info(m.name, ptr["active"]) if ptr else None
                 u.data.update(version=m.version, previous_version=cur["version"] if cur else None)
                 if cur and cur["manifest_sha256"] == pkg.manifest_sha256:
                     shutil.rmtree(staging, ignore_errors=True)
                     return self._end(u, "failed_no_change", f"{m.name} {m.version} is already active")
-                if cur and is_older(m.version, cur["version"]) and not allow_downgrade:
+                top = self.highest_version(m.name)
+                if top and is_older(m.version, top) and not allow_downgrade:
                     shutil.rmtree(staging, ignore_errors=True)
+                    active = f"; active: {cur['version']}" if cur else ""
                     return self._end(
                         u,
                         "failed_no_change",
-                        f"downgrade refused: {m.version} is older than the active {cur['version']} (allow_downgrade=True)",
+                        f"downgrade refused: {m.version} is older than {top}, the highest version of {m.name} this store has "
+                        f"installed{active}; expected a version >= {top} (or allow_downgrade=True / --allow-downgrade)",
                     )
             except (EdgeSDKError, OSError) as e:
                 shutil.rmtree(staging, ignore_errors=True)
                 return self._end(u, "failed_no_change", f"{type(e).__name__}: {e}")
-            folder = f"{_safe_name(m.version)}-{pkg.manifest_sha256[:12]}"
+            folder = f"{m.version}-{pkg.manifest_sha256[:12]}"
             dest = self._versions_dir(m.name) / folder
             is_new = not dest.exists()
             self._phase(u, "staging", version=m.version, folder=folder, new=is_new)
@@ -372,6 +438,7 @@ class ModelStore:
         old_prev = ptr["previous"] if ptr else None
         new_prev = old_active if old_active != folder else old_prev
         self._phase(u, "switching", folder=folder, old_active=old_active, old_previous=old_prev, new_previous=new_prev)
+        self._raise_highest(name, pkg.manifest.version)
         self._write_pointer(name, folder, new_prev)
         res = self._end(u, "succeeded", "", health)
         self.gc(name, _locked=True)
@@ -479,28 +546,13 @@ class ModelStore:
     def _info(self, name: str, folder: str) -> dict[str, Any]:
         return dict(json.loads((self._versions_dir(name) / folder / INSTALL_INFO).read_text()))
 
-    def _copy_in(self, source: Path, staging: Path) -> Path:
+    def _copy_in(self, source: Path, staging: Path) -> tuple[Path, list[str]]:
         staging.mkdir(parents=True)
-        if source.is_dir():
-            dst_root = staging / "pkg"
-            for dirpath, _dirs, files in os.walk(source):
-                rel = Path(dirpath).relative_to(source)
-                (dst_root / rel).mkdir(parents=True, exist_ok=True)
-                for fn in files:
-                    if fn == INSTALL_INFO:
-                        continue
-                    crash_point("copy file")
-                    shutil.copyfile(Path(dirpath) / fn, dst_root / rel / fn)
-            pkg_dir = dst_root
-        elif archive_kind(source) is not None:
-            extract_archive(source, staging / "x")
-            pkg_dir = package_root_in(staging / "x")
-        else:
-            from ..errors import ModelFormatError
-
-            raise ModelFormatError(f"{source}: expected a package folder or a .zip/.tar archive")
+        pkg_dir, skipped = stage_package(
+            source, staging / "pkg", self.config.max_package_bytes, refuse_unreferenced=self.config.refuse_unreferenced
+        )
         fsync_tree(staging)
-        return pkg_dir
+        return pkg_dir, skipped
 
     def _recover(self) -> list[UpdateResult]:
         """Resolve updates a crash left without a terminal state (see module docstring)."""
@@ -525,6 +577,8 @@ class ModelStore:
         staged = rec.phase_data("staging")
         if phase == "switching":
             sw = rec.phase_data("switching")
+            if rec.kind in ("install", "activate") and (self._versions_dir(u.model) / sw["folder"] / INSTALL_INFO).is_file():
+                self._raise_highest(u.model, self._info(u.model, sw["folder"])["version"])
             self._write_pointer(u.model, sw["folder"], sw["new_previous"])
             state = "rolled_back" if rec.kind in ("rollback", "crash_loop_rollback") else "succeeded"
             return self._end(u, state, f"recovered after a crash: switch to {sw['folder']} completed")
