@@ -38,6 +38,7 @@ import enum
 import math
 import os
 import re
+import stat
 import threading
 import time
 from collections import deque
@@ -50,7 +51,8 @@ from urllib.parse import parse_qs, unquote
 import numpy as np
 
 from .._deps import require_cv2
-from ..errors import EdgeSDKError, MissingDependencyError, OptionsError, OptionsTypeError
+from ..errors import EdgeSDKError, ImageError, MissingDependencyError, OptionsError, OptionsTypeError
+from ..processing.image import MAX_IMAGE_FILE_BYTES, MAX_IMAGE_PIXELS, decode_image_bgr, read_image_file
 from .errors import InvalidFrameError, SourceClosedError, SourceError, UnknownSourceError
 
 __all__ = [
@@ -79,6 +81,8 @@ _PICAMERA2_INSTALL = (
     "sudo apt install python3-picamera2; a virtual environment only sees it when created with "
     "python3 -m venv --system-site-packages"
 )
+
+
 def _cv2() -> Any:
     return require_cv2("video and image sources")
 
@@ -263,6 +267,7 @@ class SourceOptions:
 
 class SourceState(str, enum.Enum):
     """A source's lifecycle: NEW -> OPEN -> CLOSED (a source opens once)."""
+
     NEW = "new"
     OPEN = "open"
     CLOSED = "closed"
@@ -514,7 +519,18 @@ class OpenCVSource(FrameSource):
         cap.set(cv2.CAP_PROP_BUFFERSIZE, 1)  # freshest frame, not the oldest of a driver queue
 
     def _open(self) -> None:
+        self._check_file_target()
         self._cap = self._connect()
+
+    def _check_file_target(self) -> None:
+        """A local file target (not a device, URL or pipeline) must be a regular file: OpenCV's
+        open of a FIFO blocks until a writer comes, with no timeout, and a device never ends."""
+        t = self.target
+        if self.device or not isinstance(t, str) or self.api not in ("any", "ffmpeg") or "://" in t or " ! " in t:
+            return
+        kind = _nonregular_kind(Path(t))
+        if kind is not None:
+            raise SourceError(f"video file {t!r} is {kind}, not a regular file; refused without opening it")
 
     def _grab(self) -> tuple[bool, Any, str]:
         try:
@@ -658,13 +674,30 @@ class NetworkSource(OpenCVSource):
 
 
 class ImageFolderSource(FrameSource):
-    """Image files of a folder (or one image file), sorted by name, decoded with ``cv2.imdecode``
-    to BGR. A file that cannot be read or decoded (truncated, not an image) becomes a FrameDrop
-    with reason "decode_error" naming the file; ``paths`` maps frame indices to files."""
+    """Image files of a folder (or one image file), sorted by name, decoded to BGR with the SDK's
+    bounded loader (:func:`edge_sdk.processing.image.read_image_file` and
+    :func:`~edge_sdk.processing.image.decode_image_bgr`): a regular file of at most ``max_bytes``
+    whose header declares at most ``max_pixels`` pixels, checked before it is read whole or
+    decoded. A file that fails (truncated, not an image, over a budget, a FIFO or device, gone)
+    becomes a FrameDrop with reason "decode_error" whose detail names the file and the cause; the
+    source goes on with the next file. ``paths`` maps frame indices to files."""
 
-    def __init__(self, path: str | Path, *, name: str | None = None, on_event: Callable[[SourceEvent], None] | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        name: str | None = None,
+        on_event: Callable[[SourceEvent], None] | None = None,
+        max_pixels: int = MAX_IMAGE_PIXELS,
+        max_bytes: int = MAX_IMAGE_FILE_BYTES,
+    ) -> None:
         super().__init__(name or str(path), live=False, on_event=on_event)
+        for opt, v in (("max_pixels", max_pixels), ("max_bytes", max_bytes)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise OptionsError(f"{opt}: expected an int >= 1, got {v!r}")
         self.path = Path(path)
+        self.max_pixels = max_pixels
+        self.max_bytes = max_bytes
         self._paths: tuple[Path, ...] = ()
         self._next = 0
 
@@ -676,13 +709,18 @@ class ImageFolderSource(FrameSource):
     def _open(self) -> None:
         p = self.path
         if p.is_dir():
-            files = sorted(f for f in p.iterdir() if f.suffix.lower() in IMAGE_EXTENSIONS and f.is_file())
+            # every entry with an image extension that is not a folder: a FIFO, device or dangling
+            # link named like an image is read (and dropped with its reason), not silently skipped
+            files = sorted(f for f in p.iterdir() if f.suffix.lower() in IMAGE_EXTENSIONS and not f.is_dir())
             if not files:
                 raise SourceError(f"folder {str(p)!r} holds no images (expected {', '.join(sorted(IMAGE_EXTENSIONS))})")
         elif p.is_file():
             files = [p]
         else:
-            raise SourceError(f"image source {str(p)!r} does not exist")
+            kind = _nonregular_kind(p)
+            raise SourceError(
+                f"image source {str(p)!r} " + ("does not exist" if kind is None else f"is {kind}, not an image file or folder")
+            )
         self._cv2 = _cv2()
         self._paths = tuple(files)
 
@@ -692,18 +730,30 @@ class ImageFolderSource(FrameSource):
         f = self._paths[self._next]
         self._next += 1
         try:
-            data = np.fromfile(f, dtype=np.uint8)
-        except OSError as e:
-            return Capture.dropped("decode_error", f"{f.name}: unreadable ({e})")
-        if data.size == 0:
-            return Capture.dropped("decode_error", f"{f.name}: empty file")
-        if data[:2].tobytes() == b"\xff\xd8" and b"\xff\xd9" not in data[-1024:].tobytes():
-            # libjpeg only warns on a premature end and fills the rest grey; refuse it instead
-            return Capture.dropped("decode_error", f"{f.name}: truncated JPEG (no end-of-image marker)")
-        img = self._cv2.imdecode(data, self._cv2.IMREAD_COLOR)
-        if img is None:
-            return Capture.dropped("decode_error", f"{f.name}: OpenCV cannot decode it (truncated or not an image)")
-        return Capture(img)
+            data = read_image_file(f, max_bytes=self.max_bytes, max_pixels=self.max_pixels)
+            return Capture(decode_image_bgr(data, name=f.name, max_pixels=self.max_pixels))
+        except ImageError as e:
+            detail = str(e).replace(repr(str(f)), f.name)
+            return Capture.dropped("decode_error", detail if f.name in detail else f"{f.name}: {detail}")
+        except Exception as e:  # anything else a decoder raises costs this frame, not the source
+            return Capture.dropped("decode_error", f"{f.name}: {type(e).__name__}: {e}")
+
+
+def _nonregular_kind(p: Path) -> str | None:
+    """What ``p`` is when it exists and is neither a regular file nor a folder (None otherwise)."""
+    try:
+        mode = p.stat().st_mode
+    except OSError:
+        return None
+    for test, kind in (
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return kind
+    return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else "not a regular file"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -877,6 +927,9 @@ def _from_path(uri: str, rest: str, s: _Seams) -> FrameSource:
         return ImageFolderSource(p, name=uri, on_event=s.on_event)
     if not p.exists():
         raise SourceError(f"no such video, image or folder: {str(p)!r}")
+    kind = _nonregular_kind(p)
+    if kind is not None:  # OpenCV would block opening a FIFO (until a writer comes) or read a device forever
+        raise SourceError(f"{str(p)!r} is {kind}, not a video file, image or folder; refused without opening it")
     if p.suffix.lower() in IMAGE_EXTENSIONS:
         return ImageFolderSource(p, name=uri, on_event=s.on_event)
     return OpenCVSource(str(p), name=uri, live=_live(s, False), options=s.options, capture_factory=s.capture_factory, on_event=s.on_event)

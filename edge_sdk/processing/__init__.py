@@ -27,7 +27,17 @@ if TYPE_CHECKING:  # for type checkers and readers: the same names, imported eag
         ssd_anchors,
         weighted_nms,
     )
-    from .image import ImageTransform, load_image, load_image_bgr, preprocess_image
+    from .image import (
+        MAX_IMAGE_FILE_BYTES,
+        MAX_IMAGE_PIXELS,
+        ImageTransform,
+        decode_image_bgr,
+        load_image,
+        load_image_bgr,
+        preprocess_image,
+        read_image_file,
+    )
+    from .image_header import ImageHeader, probe_image
     from .image_reference import preprocess_image_reference, resize_reference
     from .segmentation import SEGMENTATION_LAYOUTS, SegmentationMask, decode_segmentation
 
@@ -38,7 +48,10 @@ _LAZY = {
     "Classification": "decoders",
     "Detection": "detection",
     "Detections": "detection",
+    "ImageHeader": "image_header",
     "ImageTransform": "image",
+    "MAX_IMAGE_FILE_BYTES": "image",
+    "MAX_IMAGE_PIXELS": "image",
     "SEGMENTATION_LAYOUTS": "segmentation",
     "SegmentationMask": "segmentation",
     "WeightedNMS": "detection",
@@ -48,12 +61,15 @@ _LAZY = {
     "decode_blazeface": "detection",
     "decode_classification": "decoders",
     "decode_segmentation": "segmentation",
+    "decode_image_bgr": "image",
     "decode_yolo": "detection",
     "load_image": "image",
     "load_image_bgr": "image",
     "nms": "detection",
     "preprocess_image": "image",
     "preprocess_image_reference": "image_reference",
+    "probe_image": "image_header",
+    "read_image_file": "image",
     "resize_reference": "image_reference",
     "softmax": "decoders",
     "ssd_anchors": "detection",

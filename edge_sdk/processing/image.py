@@ -9,6 +9,8 @@ back to the source image (for detection decoders).
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,8 +18,9 @@ from typing import Any
 import numpy as np
 
 from .._deps import require_cv2
-from ..errors import ImageError
+from ..errors import ImageError, OptionsError
 from ..package import ImagePreprocess, TensorSpec
+from .image_header import ImageHeader, NeedMoreBytes, probe_image
 
 
 def _cv2() -> Any:
@@ -33,22 +36,162 @@ class ImageTransform:
     pad_xy: tuple[float, float]
 
 
-def load_image(path: str | Path) -> np.ndarray:
-    """Read an image file as an HxWx3 uint8 RGB array. Raises ImageError."""
-    return np.ascontiguousarray(load_image_bgr(path)[:, :, ::-1])
+#: The default pixel budget of decoding and preprocessing: 64 Mpx (8192 x 8192). A decoded frame
+#: of that size is 192 MiB (BGR); the budget also bounds preprocessing's own intermediates.
+MAX_IMAGE_PIXELS = 64 * 1024 * 1024
+#: The default size cap of an image file read from disk (checked with fstat before reading).
+MAX_IMAGE_FILE_BYTES = 256 * 1024 * 1024
+_HEAD_BYTES = 64 * 1024  # what is read first to check the header
 
 
-def load_image_bgr(path: str | Path) -> np.ndarray:
-    """Read an image file as OpenCV decodes it: HxWx3 uint8 BGR. Raises ImageError."""
-    cv2 = _cv2()
+def _mpx(n: int) -> str:
+    return f"{n / 1e6:.1f} Mpx"
+
+
+def _check_pixels(hdr: ImageHeader, name: str, max_pixels: int) -> None:
+    w, h = hdr.width, hdr.height
+    if w < 1 or h < 1:
+        raise ImageError(f"{name}: the {hdr.format} header declares an empty image ({w}x{h})")
+    if w * h > max_pixels:
+        raise ImageError(
+            f"{name}: the {hdr.format} header declares {w}x{h} pixels ({_mpx(w * h)}), over the pixel budget of "
+            f"{max_pixels} ({_mpx(max_pixels)}); refused before decoding (pass max_pixels= to allow more)"
+        )
+    if hdr.alloc_pixels > max_pixels:
+        raise ImageError(
+            f"{name}: the {hdr.format} file declares a block of {hdr.alloc_pixels} pixels ({_mpx(hdr.alloc_pixels)}, "
+            f"a tile, strip or frame) for a {w}x{h} image, over the pixel budget of {max_pixels} ({_mpx(max_pixels)})"
+        )
+
+
+def _check_budget_arg(max_pixels: int, max_bytes: int | None = None) -> None:
+    if not isinstance(max_pixels, int) or isinstance(max_pixels, bool) or max_pixels < 1:
+        raise OptionsError(f"max_pixels: expected an int >= 1, got {max_pixels!r}")
+    if max_bytes is not None and (not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 1):
+        raise OptionsError(f"max_bytes: expected an int >= 1, got {max_bytes!r}")
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def _read_fd(fd: int, n: int) -> bytes:
+    """Up to ``n`` bytes from ``fd`` (fewer only at the end of the file)."""
+    parts, got = [], 0
+    while got < n:
+        b = os.read(fd, min(n - got, 1 << 24))
+        if not b:
+            break
+        parts.append(b)
+        got += len(b)
+    return b"".join(parts)
+
+
+def read_image_file(path: str | Path, *, max_bytes: int = MAX_IMAGE_FILE_BYTES, max_pixels: int = MAX_IMAGE_PIXELS) -> bytes:
+    """The bytes of the image file ``path``, read with bounds: only a regular file is read (a FIFO,
+    device or socket is refused without blocking: it is opened with O_NONBLOCK and checked with
+    fstat), its size must be at most ``max_bytes``, and the header (the first 64 KiB) must declare
+    at most ``max_pixels`` pixels before the rest is read. Raises ImageError naming the cause."""
+    _check_budget_arg(max_pixels, max_bytes)
     p = Path(path)
-    data = np.fromfile(p, dtype=np.uint8) if p.is_file() else None
-    if data is None or data.size == 0:
-        raise ImageError(f"image file {str(p)!r} does not exist or is empty")
-    img: np.ndarray | None = cv2.imdecode(data, cv2.IMREAD_COLOR)
+    name = repr(str(p))
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(p, flags)
+    except FileNotFoundError:
+        raise ImageError(f"image file {name} does not exist") from None
+    except IsADirectoryError:
+        raise ImageError(f"image file {name} is a directory, not an image file") from None
+    except OSError as e:
+        raise ImageError(f"image file {name} cannot be opened: {e.strerror or e}") from e
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ImageError(f"image file {name} is {_file_kind(st.st_mode)}, not a regular file; refused without reading it")
+        if st.st_size == 0:
+            raise ImageError(f"image file {name} is empty")
+        if st.st_size > max_bytes:
+            raise ImageError(
+                f"image file {name} is {st.st_size} bytes ({st.st_size / 2**20:.1f} MiB), over the image file size cap of "
+                f"{max_bytes} bytes ({max_bytes / 2**20:.1f} MiB); refused without reading it (pass max_bytes= to allow more)"
+            )
+        try:
+            head = _read_fd(fd, min(_HEAD_BYTES, st.st_size))
+            try:
+                _check_pixels(probe_image(head, complete=len(head) >= st.st_size), name, max_pixels)
+            except NeedMoreBytes:
+                pass  # the header goes on (a JPEG with large APPn segments): checked again on the whole file
+            data = head + _read_fd(fd, max_bytes + 1 - len(head))
+        except OSError as e:
+            raise ImageError(f"image file {name} cannot be read: {e.strerror or e}") from e
+        if len(data) > max_bytes:
+            raise ImageError(f"image file {name} grew past the image file size cap of {max_bytes} bytes while it was read")
+        return data
+    finally:
+        os.close(fd)
+
+
+def decode_image_bgr(
+    data: bytes | bytearray | memoryview | np.ndarray, *, name: str = "image", max_pixels: int = MAX_IMAGE_PIXELS
+) -> np.ndarray:
+    """Decode an encoded image (the bytes of a file) as HxWx3 uint8 BGR, after checking the size its
+    header declares against ``max_pixels`` (:func:`~edge_sdk.processing.image_header.probe_image`:
+    PNG, JPEG, BMP, GIF, WebP, TIFF, PNM/PAM/PFM, Sun raster, Radiance HDR, JPEG 2000; another format
+    (AVIF, EXR, ...) is refused).
+    A JPEG without its end-of-image marker is refused (libjpeg would fill the rest grey). Every
+    failure is an ImageError whose message starts with ``name``."""
+    _check_budget_arg(max_pixels)
+    buf = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
+    if not buf:
+        raise ImageError(f"{name}: empty file")
+    try:
+        hdr = probe_image(buf)
+    except ImageError as e:
+        raise ImageError(f"{name}: {e}") from None
+    _check_pixels(hdr, name, max_pixels)
+    if hdr.format == "JPEG" and b"\xff\xd9" not in buf[-1024:]:
+        raise ImageError(f"{name}: truncated JPEG (no end-of-image marker)")
+    cv2 = _cv2()
+    try:
+        img: np.ndarray | None = cv2.imdecode(np.frombuffer(buf, dtype=np.uint8), cv2.IMREAD_COLOR)
+    except MemoryError as e:
+        raise ImageError(f"{name}: out of memory decoding a {hdr.width}x{hdr.height} {hdr.format} image") from e
+    except cv2.error as e:
+        msg = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+        raise ImageError(f"{name}: OpenCV failed to decode the {hdr.width}x{hdr.height} {hdr.format} image: {msg}") from e
     if img is None:
-        raise ImageError(f"{str(p)!r} is not an image OpenCV can decode (expected PNG, JPEG, BMP, ...)")
+        raise ImageError(f"{name}: OpenCV cannot decode it as {hdr.format} (truncated or corrupt)")
+    if img.ndim == 2:
+        img = img[:, :, None]
+    if img.ndim != 3 or img.shape[2] != 3 or img.dtype != np.uint8:
+        raise ImageError(f"{name}: decoded to an unexpected array {img.dtype} {img.shape}")
+    if img.shape[0] * img.shape[1] > max_pixels:  # a decoder that disagrees with its header
+        raise ImageError(f"{name}: decoded to {img.shape[1]}x{img.shape[0]} pixels, over the pixel budget of {max_pixels}")
     return img
+
+
+def load_image(path: str | Path, *, max_pixels: int = MAX_IMAGE_PIXELS, max_bytes: int = MAX_IMAGE_FILE_BYTES) -> np.ndarray:
+    """Read an image file as an HxWx3 uint8 RGB array (bounds as :func:`load_image_bgr`). Raises ImageError."""
+    return np.ascontiguousarray(load_image_bgr(path, max_pixels=max_pixels, max_bytes=max_bytes)[:, :, ::-1])
+
+
+def load_image_bgr(path: str | Path, *, max_pixels: int = MAX_IMAGE_PIXELS, max_bytes: int = MAX_IMAGE_FILE_BYTES) -> np.ndarray:
+    """Read an image file as OpenCV decodes it: HxWx3 uint8 BGR. Raises ImageError.
+
+    Bounded before anything is decoded: a regular file only (:func:`read_image_file`), at most
+    ``max_bytes`` long, whose header declares at most ``max_pixels`` pixels (default
+    :data:`MAX_IMAGE_PIXELS`, 64 Mpx)."""
+    data = read_image_file(path, max_bytes=max_bytes, max_pixels=max_pixels)
+    return decode_image_bgr(data, name=repr(str(Path(path))), max_pixels=max_pixels)
 
 
 def _check_image(img: object) -> np.ndarray:
@@ -72,12 +215,46 @@ def _affine(pre: ImagePreprocess) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
-def preprocess_image(img: np.ndarray, spec: TensorSpec, *, color: str = "RGB") -> tuple[np.ndarray, ImageTransform]:
+def preprocess_image(
+    img: np.ndarray, spec: TensorSpec, *, color: str = "RGB", max_pixels: int = MAX_IMAGE_PIXELS
+) -> tuple[np.ndarray, ImageTransform]:
     """Resize, reorder colour, normalise and lay out ``img`` for ``spec``.
 
     ``color`` is the caller's channel order ("RGB", "BGR" or "GRAY").
     Raises ImageError for a wrong image; the spec must declare preprocessing.
+    Every array preprocessing allocates (the resized image before a centre crop, the output) is
+    checked against ``max_pixels`` first (a 1x1000000 image centre-cropped would be resized to
+    292x292 million pixels): ImageError naming the size and the budget.
     """
+    try:
+        return _preprocess(img, spec, color, max_pixels)
+    except ImageError:
+        raise
+    except MemoryError as e:
+        raise ImageError(f"out of memory preprocessing a {_shape_text(img)} image for input {spec.name!r}") from e
+    except Exception as e:
+        cv2 = _cv2()
+        if isinstance(e, cv2.error):
+            msg = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+            raise ImageError(f"OpenCV failed preprocessing a {_shape_text(img)} image for input {spec.name!r}: {msg}") from e
+        raise
+
+
+def _shape_text(img: object) -> str:
+    shape = getattr(img, "shape", None)
+    return f"{shape[1]}x{shape[0]}" if isinstance(shape, tuple) and len(shape) >= 2 else type(img).__name__
+
+
+def _check_alloc(what: str, h: int, w: int, src: tuple[int, int], max_pixels: int) -> None:
+    if h * w > max_pixels:
+        raise ImageError(
+            f"{what} would be {w}x{h} pixels ({_mpx(w * h)}) for the {src[1]}x{src[0]} image, over the pixel budget of "
+            f"{max_pixels} ({_mpx(max_pixels)}); refused before allocating it"
+        )
+
+
+def _preprocess(img: np.ndarray, spec: TensorSpec, color: str, max_pixels: int) -> tuple[np.ndarray, ImageTransform]:
+    _check_budget_arg(max_pixels)
     pre = spec.preprocess
     if pre is None:
         raise ImageError(f"input {spec.name!r} declares no image preprocessing; pass a tensor to predict() instead")
@@ -95,6 +272,7 @@ def preprocess_image(img: np.ndarray, spec: TensorSpec, *, color: str = "RGB") -
         img = np.ascontiguousarray(img)
     rgb = img
     th, tw = pre.size_hw
+    _check_alloc(f"the output of input {spec.name!r}", th, tw, (src_h, src_w), max_pixels)
     interp = {"linear": cv2.INTER_LINEAR, "area": cv2.INTER_AREA, "nearest": cv2.INTER_NEAREST, "cubic": cv2.INTER_CUBIC}[pre.interpolation]
     if pre.resize == "stretch":
         out = cv2.resize(rgb, (tw, th), interpolation=interp)
@@ -110,6 +288,7 @@ def preprocess_image(img: np.ndarray, spec: TensorSpec, *, color: str = "RGB") -
     else:  # center_crop: scale the short side to size/crop_fraction, then crop the centre
         s = max(th, tw) / pre.crop_fraction / min(src_h, src_w)
         nh, nw = max(th, round(src_h * s)), max(tw, round(src_w * s))
+        _check_alloc("center_crop's resized image (before the crop)", nh, nw, (src_h, src_w), max_pixels)
         resized = cv2.resize(rgb, (nw, nh), interpolation=interp).reshape(nh, nw, -1)
         py, px = (nh - th) // 2, (nw - tw) // 2
         out = resized[py : py + th, px : px + tw]
