@@ -96,16 +96,43 @@ def dtype_of(datatype: str) -> np.dtype:
     try:
         return DATATYPES[datatype]
     except (KeyError, TypeError):
-        raise ProtocolError(f"datatype {datatype!r}: expected one of {sorted(DATATYPES)}") from None
+        raise ProtocolError(f"datatype {_short(datatype)}: expected one of {sorted(DATATYPES)}") from None
 
 
 # ----------------------------------------------------------------------------------- tensors
 
 
+#: The most dims a tensor may have (numpy's own limit is 32 in numpy 1, 64 in numpy 2).
+MAX_RANK = 32
+#: The largest dim, and the most elements a tensor may have (a zero dim does not excuse the others:
+#: numpy refuses ``[0, 10**30]`` too). Far past any body the server accepts, so only a bound.
+MAX_DIM = (1 << 31) - 1
+MAX_ELEMENTS = 1 << 40
+
+
 def _shape(v: Any, where: str) -> tuple[int, ...]:
     if not isinstance(v, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in v):
-        raise ProtocolError(f"{where}.shape: expected a list of ints >= 0, got {v!r}")
+        raise ProtocolError(f"{where}.shape: expected a list of ints >= 0, got {_short(v)}")
+    if len(v) > MAX_RANK:
+        raise ProtocolError(f"{where}.shape: {len(v)} dims, at most {MAX_RANK}")
+    n = 1
+    for d in v:
+        if d > MAX_DIM:
+            raise ProtocolError(f"{where}.shape: dim {_short(d)} is over the limit of {MAX_DIM}")
+        n *= max(d, 1)
+        if n > MAX_ELEMENTS:
+            raise ProtocolError(f"{where}.shape: {_short(v)} is over the limit of {MAX_ELEMENTS} elements")
     return tuple(v)
+
+
+def _short(v: Any, limit: int = 80) -> str:
+    """``repr(v)`` cut to ``limit`` characters (a hostile value may be a 400-digit number or a
+    megabyte list: an error message names it, it does not echo it)."""
+    try:
+        r = repr(v) if not isinstance(v, int) or v.bit_length() < 256 else f"<an int of {v.bit_length()} bits>"
+    except (RecursionError, ValueError):
+        r = f"<a {type(v).__name__}>"
+    return r if len(r) <= limit else r[: limit - 3] + "..."
 
 
 def _count(shape: Sequence[int]) -> int:
@@ -115,18 +142,28 @@ def _count(shape: Sequence[int]) -> int:
     return n
 
 
-def _flatten(data: Any, where: str) -> list[Any]:
-    if isinstance(data, list) and (not data or not isinstance(data[0], list)):
-        return data  # flat already (what most clients send); a nested list further in fails the type check
-    out: list[Any] = []
-    stack = [data]
-    while stack:  # iterative: a deeply nested hostile payload cannot overflow the stack
-        x = stack.pop()
-        if isinstance(x, list):
-            stack.extend(reversed(x))
-        else:
-            out.append(x)
-    return out
+def _flatten(data: Any, shape: Sequence[int], where: str) -> list[Any]:
+    """``data`` as a flat row-major list: flat already (what most clients send) or nested exactly as
+    ``shape`` says (each list at depth ``i`` has ``shape[i]`` items, scalars below the last dim):
+    ragged or partly nested data is an error, never flattened into something that fits."""
+    if not isinstance(data, list):
+        raise ProtocolError(f"{where}.data: expected a list, got {type(data).__name__}")
+    if not data or not isinstance(data[0], list):
+        return data  # flat; a nested list further in fails the element type check
+    level: list[Any] = [data]
+    for i, d in enumerate(shape):  # breadth first, iterative: deep hostile nesting cannot overflow the stack
+        nxt: list[Any] = []
+        for x in level:
+            if not isinstance(x, list) or len(x) != d:
+                got = f"a list of {len(x)}" if isinstance(x, list) else type(x).__name__
+                raise ProtocolError(
+                    f"{where}.data: nested data must follow shape {list(shape)}; at depth {i} expected a list of {d}, got {got}"
+                )
+            nxt.extend(x)
+        level = nxt
+    if any(type(x) is list for x in level):
+        raise ProtocolError(f"{where}.data: nested deeper than shape {list(shape)}")
+    return level
 
 
 def _bytes_element(x: Any, where: str) -> bytes:
@@ -189,7 +226,7 @@ def tensor_from_json(t: Any, where: str) -> np.ndarray:
     dt = dtype_of(datatype)
     if "data" not in t:
         raise ProtocolError(f"{where}: no 'data' and no binary_data_size")
-    flat = _flatten(t["data"], where)
+    flat = _flatten(t["data"], shape, where)
     n = _count(shape)
     if len(flat) != n:
         raise ProtocolError(f"{where}: shape {list(shape)} needs {n} elements, data has {len(flat)}")
@@ -203,7 +240,15 @@ def tensor_from_json(t: Any, where: str) -> np.ndarray:
     if datatype.startswith("FP"):
         if not types <= {int, float, type(None)}:
             raise ProtocolError(f"{where}: {datatype} data must be numbers (null for NaN)")
-        return np.array(flat, dtype=np.float64).astype(dt).reshape(shape)  # None -> NaN
+        try:
+            wide = np.array(flat, dtype=np.float64)  # None -> NaN
+        except OverflowError:  # an int past float64 (a 400-digit number)
+            raise ProtocolError(f"{where}: a value is out of range for {datatype}") from None
+        with np.errstate(over="ignore"):
+            out = wide.astype(dt)
+        if out.size and np.isinf(out).any() and (np.isinf(out) & ~np.isinf(wide)).any():
+            raise ProtocolError(f"{where}: a value is out of range for {datatype} (its largest is {float(np.finfo(dt).max):g})")
+        return out.reshape(shape)
     if not types <= {int}:
         raise ProtocolError(f"{where}: {datatype} data must be integers")
     info = np.iinfo(dt)
@@ -245,6 +290,7 @@ def tensor_from_bytes(buf: bytes | memoryview, datatype: str, shape: Sequence[in
 @dataclass(frozen=True)
 class RequestedOutput:
     """An output asked for in a request; ``binary``: its ``binary_data`` parameter (None: the request's default decides)."""
+
     name: str
     binary: bool | None = None  # None: the request-level binary_data_output decides
 
@@ -253,6 +299,7 @@ class RequestedOutput:
 class InferRequest:
     """A v2 infer request: the input tensors by name, the outputs asked for (empty: all), an optional id and parameters, and whether
     outputs come as binary data by default."""
+
     inputs: Mapping[str, np.ndarray]
     outputs: tuple[RequestedOutput, ...] = ()
     id: str | None = None
@@ -271,6 +318,7 @@ class InferRequest:
 @dataclass(frozen=True)
 class InferResponse:
     """A v2 infer response: model name and version, the output tensors by name, the request id and parameters."""
+
     model_name: str
     outputs: Mapping[str, np.ndarray]
     model_version: str | None = None
@@ -293,13 +341,21 @@ def _split_body(body: bytes, headers: Mapping[str, str], max_bytes: int) -> tupl
         if not 0 <= n <= len(body):
             raise ProtocolError(f"{HEADER_LENGTH} {n} is outside the {len(body)}-byte body")
         head, rest = mv[:n], mv[n:]
-    try:
-        doc = json.loads(bytes(head))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ProtocolError(f"the JSON part of the message does not parse: {e}") from None
+    doc = loads_json(bytes(head), "the JSON part of the message")
     if not isinstance(doc, dict):
         raise ProtocolError(f"expected a JSON object, got {type(doc).__name__}")
     return doc, rest
+
+
+def loads_json(raw: bytes, what: str = "the body") -> Any:
+    """``json.loads`` with every way it fails as a :class:`ProtocolError`: not JSON, not UTF-8, a
+    number past Python's digit limit (ValueError), nesting past the recursion limit (RecursionError)."""
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise ProtocolError(f"{what} is nested too deeply") from None
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, the int digit limit
+        raise ProtocolError(f"{what} does not parse: {str(e)[:200]}") from None
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:
@@ -321,16 +377,19 @@ def _tensors(items: Any, rest: memoryview, where: str) -> tuple[dict[str, np.nda
         if not isinstance(t, dict) or not isinstance(t.get("name"), str):
             raise ProtocolError(f"{w}: expected an object with a string 'name'")
         name = t["name"]
+        if len(name) > 256:
+            raise ProtocolError(f"{w}: a name of {len(name)} characters, at most 256")
         w = f"{where} {name!r}"
         if name in out:
             raise ProtocolError(f"{w}: given twice")
-        p = t.get("parameters") or {}
+        p = t.get("parameters")
+        p = {} if p is None else p
         if not isinstance(p, dict):
-            raise ProtocolError(f"{w}.parameters: expected an object")
+            raise ProtocolError(f"{w}.parameters: expected an object, got {type(p).__name__}")
         size = p.get("binary_data_size")
         if size is not None:
             if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-                raise ProtocolError(f"{w}.parameters.binary_data_size: expected an int >= 0, got {size!r}")
+                raise ProtocolError(f"{w}.parameters.binary_data_size: expected an int >= 0, got {_short(size)}")
             if pos + size > len(rest):
                 raise ProtocolError(f"{w}: binary_data_size {size} runs past the body ({len(rest) - pos} bytes left)")
             if "data" in t:
@@ -378,7 +437,9 @@ def encode_request(
         arr = _as_array(arr, f"input {name!r}")
         if binary_inputs:
             raw = tensor_to_bytes(arr, name)
-            ins.append({"name": name, "shape": list(arr.shape), "datatype": datatype_of(arr.dtype), "parameters": {"binary_data_size": len(raw)}})
+            ins.append(
+                {"name": name, "shape": list(arr.shape), "datatype": datatype_of(arr.dtype), "parameters": {"binary_data_size": len(raw)}}
+            )
             chunks.append(raw)
         else:
             ins.append(tensor_to_json(name, arr))
@@ -395,20 +456,34 @@ def decode_request(body: bytes, headers: Mapping[str, str], *, max_bytes: int = 
     if "inputs" not in doc:
         raise ProtocolError("request: no 'inputs'")
     inputs, _ = _tensors(doc["inputs"], rest, "inputs")
-    params = doc.get("parameters") or {}
+    params = doc.get("parameters")
+    params = {} if params is None else params
     if not isinstance(params, dict):
-        raise ProtocolError("request.parameters: expected an object")
+        raise ProtocolError(f"request.parameters: expected an object, got {type(params).__name__}")
+    default_binary = _flag(params.get("binary_data_output"), "request.parameters.binary_data_output")
+    outputs = doc.get("outputs")
+    outputs = [] if outputs is None else outputs
+    if not isinstance(outputs, list):
+        raise ProtocolError(f"request.outputs: expected a list, got {type(outputs).__name__}")
     outs = []
-    for i, o in enumerate(doc.get("outputs") or []):
+    for i, o in enumerate(outputs):
         if not isinstance(o, dict) or not isinstance(o.get("name"), str):
             raise ProtocolError(f"outputs[{i}]: expected an object with a string 'name'")
-        op = o.get("parameters") or {}
-        b = op.get("binary_data") if isinstance(op, dict) else None
-        outs.append(RequestedOutput(o["name"], None if b is None else bool(b)))
+        op = o.get("parameters")
+        op = {} if op is None else op
+        if not isinstance(op, dict):
+            raise ProtocolError(f"outputs[{i}].parameters: expected an object, got {type(op).__name__}")
+        outs.append(RequestedOutput(o["name"], _flag(op.get("binary_data"), f"outputs[{i}].parameters.binary_data")))
     rid = doc.get("id")
     if rid is not None and not isinstance(rid, str):
         raise ProtocolError(f"request.id: expected a string, got {type(rid).__name__}")
-    return InferRequest(inputs, tuple(outs), rid, params, bool(params.get("binary_data_output", False)))
+    return InferRequest(inputs, tuple(outs), rid, params, bool(default_binary))
+
+
+def _flag(v: Any, where: str) -> bool | None:
+    if v is None or isinstance(v, bool):
+        return v
+    raise ProtocolError(f"{where}: expected true or false, got {_short(v)}")
 
 
 def encode_response(
@@ -432,7 +507,9 @@ def encode_response(
     for name, arr in outputs.items():
         if name in names:
             raw = tensor_to_bytes(arr, name)
-            outs.append({"name": name, "shape": list(arr.shape), "datatype": datatype_of(arr.dtype), "parameters": {"binary_data_size": len(raw)}})
+            outs.append(
+                {"name": name, "shape": list(arr.shape), "datatype": datatype_of(arr.dtype), "parameters": {"binary_data_size": len(raw)}}
+            )
             chunks.append(raw)
         else:
             outs.append(tensor_to_json(name, arr))
@@ -478,7 +555,7 @@ def error_body(message: str) -> bytes:
 def error_message(status: int, body: bytes, content_type: str | None = None) -> str:
     """A readable message from an error response: ``{"error": ...}`` (v2), ``{"detail": ...}``
     (FastAPI-based servers such as MLServer), or the text itself (cut to 500 characters)."""
-    text = body[:64 << 10].decode("utf-8", "replace")
+    text = body[: 64 << 10].decode("utf-8", "replace")
     try:
         doc = json.loads(text)
     except json.JSONDecodeError:

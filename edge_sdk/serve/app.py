@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import hmac
 import logging
+import threading
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -40,7 +41,7 @@ from .batching import Job, ModelWorker, QueueFullError, WorkerStoppedError, stac
 from .generate_api import GenerateAPI, is_text_generator, openai_error
 from .options import ServeOptions
 
-__all__ = ["PLATFORMS", "SERVER_NAME", "ServedModel", "create_app"]
+__all__ = ["PLATFORMS", "SERVER_NAME", "BodyBudget", "RequestGuard", "ServedModel", "TracebackLimiter", "create_app"]
 
 _log = logging.getLogger(__name__)
 
@@ -50,6 +51,200 @@ PLATFORMS = {"onnxruntime": "onnxruntime_onnx", "litert": "tensorflow_lite"}
 HEALTH_PATHS = frozenset({"/v2/health/live", "/v2/health/ready"})
 GENERATE_EXTENSION = "generate"  # Triton's generate extension, listed when a text-generation model is served
 _UNKNOWN = "(unknown)"  # the model label of requests for models not served (bounded label values)
+LARGE_BODY = 1 << 20  # bodies this large decode one ServeOptions.max_decodes slot at a time
+
+
+class TracebackLimiter:
+    """Failures logged with their traceback, at most ``burst`` per ``window_s``; past that each is
+    counted, not logged (one line says so when it begins), and the next window opens with one line
+    giving the count and the last failure. A client that can make the server fail cannot flood its
+    log. Thread-safe."""
+
+    def __init__(self, logger: logging.Logger, burst: int = 5, window_s: float = 60.0, clock: Any = time.monotonic) -> None:
+        self.logger = logger
+        self.burst = burst
+        self.window_s = window_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._start = -float("inf")
+        self._n = 0
+        self._suppressed = 0
+        self._last = ""
+        self.total = 0  # failures seen, logged or not
+
+    def exception(self, msg: str, *args: Any, exc: BaseException | None = None) -> None:
+        """Log ``msg % args`` with the traceback of ``exc`` (default: the one being handled), or count it."""
+        now = self._clock()
+        with self._lock:
+            self.total += 1
+            summary = None
+            if now - self._start >= self.window_s:
+                if self._suppressed:
+                    summary = (self._suppressed, self._last)
+                self._start, self._n, self._suppressed = now, 0, 0
+            self._n += 1
+            full = self._n <= self.burst
+            first_cut = self._n == self.burst + 1
+            if not full:
+                self._suppressed += 1
+                try:
+                    text = msg % args
+                except (TypeError, ValueError):
+                    text = msg
+                e = exc
+                self._last = (text + (f": {type(e).__name__}: {e}" if e is not None else ""))[:300]
+        if summary is not None:
+            self.logger.warning("serve: %d more failure(s) in the last %.0f s were counted, not logged (the last: %s)",
+                                summary[0], self.window_s, summary[1])  # fmt: skip
+        if full:
+            self.logger.error(msg, *args, exc_info=exc if exc is not None else True)
+        elif first_cut:
+            self.logger.warning("serve: over %d failures within %.0f s: the next ones are counted, not logged, until the window ends",
+                                self.burst, self.window_s)  # fmt: skip
+
+
+class BodyBudget:
+    """The request bytes all requests in flight may hold together (event-loop thread only)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self.refused = 0  # requests answered 503 for it
+
+    def try_reserve(self, n: int) -> bool:
+        """Hold ``n`` more bytes if the limit allows (True), else hold nothing (False)."""
+        if n <= 0:
+            return True
+        if self.held + n > self.limit:
+            return False
+        self.held += n
+        return True
+
+    def release(self, n: int) -> None:
+        """Give back ``n`` bytes held by :meth:`try_reserve`."""
+        self.held = max(0, self.held - n)
+
+
+def _raw_error(scope: Scope, status: int, message: str, headers: Mapping[str, str] | None = None) -> Response:
+    """An error answer in the format of the path (OpenAI's on /v1, v2's elsewhere), closing the connection."""
+    h = {**dict(headers or {}), "Connection": "close"}
+    if _is_openai_path(scope.get("path", "")):
+        return openai_error(status, message, headers=h)
+    return _error(status, message, h)
+
+
+class RequestGuard:
+    """ASGI middleware (inside :class:`BearerAuth`, outside the routes) that bounds what a request
+    may hold before any route reads it:
+
+    - a ``Content-Length`` past ``max_body_bytes`` is 413 before a byte is read; one that is not a
+      number is 400;
+    - the request's bytes (Content-Length, or the chunks as they come, plus ``max_body_bytes`` for a
+      compressed body: it may inflate to that) are reserved from :class:`BodyBudget` until the
+      request is answered; past the budget, 503 with Retry-After (before reading, when the length
+      was declared);
+    - the whole body must arrive within ``body_timeout_s`` of the headers: past it the guard answers
+      408 with ``Connection: close`` (uvicorn then closes the connection) and the route sees a
+      client disconnect. Once the body is in, ``receive`` passes through (a streaming response waits
+      on it for the disconnect).
+    Every answer of the guard closes the connection (an unread body is left unread)."""
+
+    def __init__(self, app: ASGIApp, options: ServeOptions, budget: BodyBudget) -> None:
+        self.app = app
+        self.options = options
+        self.budget = budget
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.options.max_body_bytes
+        cl: bytes | None = None
+        chunked = False
+        compressed = False
+        for k, v in scope["headers"]:
+            if k == b"content-length":
+                cl = v
+            elif k == b"transfer-encoding":
+                chunked = True
+            elif k == b"content-encoding":
+                compressed = v.strip().lower() not in (b"", b"identity")
+        declared = 0
+        if cl is not None:
+            try:
+                declared = int(cl)
+                if declared < 0:
+                    raise ValueError
+            except ValueError:
+                await _raw_error(scope, 400, f"Content-Length: expected an integer >= 0, got {cl[:40]!r}")(scope, receive, send)
+                return
+            if declared > limit:
+                await _raw_error(scope, 413, f"body of {declared} bytes is over the limit of {limit}")(scope, receive, send)
+                return
+        extra = limit if compressed and (declared or chunked) else 0
+        held = min(declared + extra, self.budget.limit)
+        if not self.budget.try_reserve(held):
+            self.budget.refused += 1
+            await self._busy(scope, receive, send, held)
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.options.body_timeout_s
+        body_done = not (declared or chunked)
+        answered = False  # the guard sent the answer: the route's own is dropped
+        started = False
+        got = 0
+
+        async def guarded_send(message: Any) -> None:
+            nonlocal started
+            if answered:
+                return
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        async def answer(status: int, message: str, headers: Mapping[str, str] | None = None) -> Any:
+            nonlocal answered
+            if not started and not answered:
+                answered = True
+                await _raw_error(scope, status, message, headers)(scope, receive, send)
+            answered = True
+            return {"type": "http.disconnect"}
+
+        async def guarded_receive() -> Any:
+            nonlocal body_done, held, got
+            if answered:
+                return {"type": "http.disconnect"}
+            if body_done:
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(deadline - loop.time(), 0.0))
+            except asyncio.TimeoutError:
+                what = f"{got} of {declared} bytes" if declared else f"{got} bytes"
+                return await answer(408, f"the request body did not arrive within {self.options.body_timeout_s:g} s ({what} came)")
+            if message["type"] == "http.request":
+                got += len(message.get("body", b""))
+                if got + extra > held:  # a chunked body, or more than declared: reserve as it comes
+                    more = got + extra - held
+                    if not self.budget.try_reserve(more):
+                        self.budget.refused += 1
+                        return await answer(503, self._busy_message(), {"Retry-After": "1"})
+                    held += more
+                if not message.get("more_body", False):
+                    body_done = True
+            elif message["type"] == "http.disconnect":
+                body_done = True
+            return message
+
+        try:
+            await self.app(scope, guarded_receive, guarded_send)
+        finally:
+            self.budget.release(held)
+
+    def _busy_message(self) -> str:
+        return f"the server holds {self.budget.held} bytes of request bodies in flight (at most {self.budget.limit}); retry later"
+
+    async def _busy(self, scope: Scope, receive: Receive, send: Send, n: int) -> None:
+        await _raw_error(scope, 503, self._busy_message() + f" (this request needs {n})", {"Retry-After": "1"})(scope, receive, send)
 
 
 class _Reply(Exception):
@@ -151,6 +346,15 @@ def _decompress(body: bytes, encoding: str, max_bytes: int) -> bytes:
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, at most ``limit`` bytes (413 past it); a client that leaves (or a body that
+    :class:`RequestGuard` timed out) is a 499 that nobody reads, never a logged failure."""
+    try:
+        return await _read_body_chunks(request, limit)
+    except ClientDisconnect:
+        raise _Reply(499, "the client went away before its body arrived") from None
+
+
+async def _read_body_chunks(request: Request, limit: int) -> bytes:
     cl = request.headers.get("content-length")
     if cl is not None:
         try:
@@ -245,7 +449,12 @@ class _App:
             run = m.session.run if tm is None else tm.timed(m.session.run)
             worker = ModelWorker(name, run, max_batch=max_batch, max_delay_s=delay_s, queue_size=options.queue_size)
             self.served[name] = ServedModel(name, m, worker, batching, InputValidator(m.inputs), tuple(s.name for s in m.outputs))
+        self.budget = BodyBudget(options.inflight_budget)
+        self.decodes = asyncio.Semaphore(options.max_decodes)  # large bodies decoded at once (binds to its loop on first use)
+        self.failures = TracebackLimiter(_log)
         self.generation = GenerateAPI(decoders, options, tensor_models=list(self.served))
+        self.generation.decodes = self.decodes
+        self.generation.failures = self.failures
         self.registry = Registry()
         self.registry.add(self.samples)
         self.registry.add(self.generation.samples)
@@ -366,7 +575,7 @@ class _App:
             served = self._model(request)
             body = await _read_body(request, self.options.max_body_bytes)
             headers = {k.lower(): v for k, v in request.headers.items()}
-            req, job = await run_in_threadpool(served.prepare, body, headers, self.options.max_body_bytes)
+            req, job = await self._prepare(served, body, headers, deadline)
             outputs = await self._run(served, job, deadline)
             response = await run_in_threadpool(self._encode, served, req, outputs)
             status = 200
@@ -376,13 +585,27 @@ class _App:
         except _Reply as r:
             status = r.status
             return _error(r.status, r.message, r.headers)
-        except Exception as e:  # a model or encoding failure: the message, never a traceback
-            _log.exception("serve: infer on %s failed", served.name if served else "?")
+        except Exception as e:  # a model or encoding failure: the message, never a traceback (and the log's tracebacks are rate-limited)
+            self.failures.exception("serve: infer on %s failed", served.name if served else "?", exc=e)
             status = 500
             return _error(500, f"inference failed: {type(e).__name__}: {e}")
         finally:
             key = served.requests if served is not None else self._unknown_requests
             key[status] = key.get(status, 0) + 1
+
+    async def _prepare(
+        self, served: ServedModel, body: bytes, headers: Mapping[str, str], deadline: float
+    ) -> tuple[protocol.InferRequest, Job]:
+        """Decode and validate on the thread pool; a large body waits for one of the
+        ``max_decodes`` slots (JSON parsing holds several times the body in Python objects)."""
+        if len(body) < LARGE_BODY:
+            return await run_in_threadpool(served.prepare, body, headers, self.options.max_body_bytes)
+        async with self.decodes:  # waiters are bounded by the body budget: each holds >= LARGE_BODY of it
+            if time.perf_counter() > deadline:
+                raise _Reply(
+                    503, f"model {served.name}: the server was busy decoding other large bodies; retry later", {"Retry-After": "1"}
+                )
+            return await run_in_threadpool(served.prepare, body, headers, self.options.max_body_bytes)
 
     async def _run(self, served: ServedModel, job: Job, deadline: float) -> Mapping[str, np.ndarray]:
         try:
@@ -420,7 +643,14 @@ class _App:
     def samples(self) -> list[Sample]:
         """The collector behind ``/metrics`` (copies the counters first: a registry may be
         rendered from another thread than the event loop that updates them)."""
-        out: list[Sample] = []
+        out: list[Sample] = [
+            Sample("edge_sdk_serve_inflight_body_bytes", self.budget.held, "request bytes held by requests in flight", "gauge"),
+            Sample("edge_sdk_serve_inflight_body_capacity_bytes", self.budget.limit, "request bytes requests in flight may hold", "gauge"),
+            Sample("edge_sdk_serve_body_budget_refused_total", self.budget.refused, "requests answered 503: body budget spent", "counter"),
+            Sample(
+                "edge_sdk_serve_failures_total", self.failures.total, "requests answered 500 (tracebacks logged rate-limited)", "counter"
+            ),
+        ]
         req_help = "infer requests answered, by model and HTTP status code"
         for code, n in sorted(dict(self._unknown_requests).items()):
             out.append(Sample("edge_sdk_serve_requests_total", n, req_help, "counter", {"model": _UNKNOWN, "code": str(code)}))
@@ -475,6 +705,11 @@ def create_app(models: Mapping[str, Any] | Sequence[Any], options: ServeOptions 
             )
         return _error(exc.status_code, str(exc.detail), getattr(exc, "headers", None))
 
+    async def server_error(request: Request, exc: Exception) -> Response:  # JSON, not Starlette's text; the server logs (rate-limited)
+        if _is_openai_path(request.url.path):
+            return openai_error(500, f"the server failed: {type(exc).__name__}", code="server_error")
+        return _error(500, f"the server failed: {type(exc).__name__}")
+
     model = "/v2/models/{name}"
     version = "/v2/models/{name}/versions/{version}"
     routes = [
@@ -491,7 +726,9 @@ def create_app(models: Mapping[str, Any] | Sequence[Any], options: ServeOptions 
         *st.generation.routes(),
     ]
     middleware = [Middleware(BearerAuth, token=options.token)] if options.token else []
-    app = Starlette(routes=routes, middleware=middleware, lifespan=st.lifespan, exception_handlers={HTTPException: http_error})
+    middleware.append(Middleware(RequestGuard, options=options, budget=st.budget))
+    handlers: dict[Any, Any] = {HTTPException: http_error, Exception: server_error}
+    app = Starlette(routes=routes, middleware=middleware, lifespan=st.lifespan, exception_handlers=handlers)
     app.state.serve = st
     app.state.registry = st.registry
     return app

@@ -34,12 +34,13 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator, Mapping, Protocol, Sequence, runtime_checkable
 
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from ..errors import ContextBudgetError, GenerationBusyError, InputError, OptionsError, SessionClosedError, TemplateError
+from ..remote import protocol
 from ..telemetry import Sample
 from .options import ServeOptions
 
@@ -225,8 +226,12 @@ def _number(body: Mapping[str, Any], key: str) -> float | None:
     v = body.get(key)
     if v is None:
         return None
-    if not _is_num(v) or not math.isfinite(v):
-        raise _bad(f"{key}: expected a number, got {v!r}", key)
+    try:
+        ok = _is_num(v) and math.isfinite(v)
+    except OverflowError:  # an int past float (a 400-digit number)
+        ok = False
+    if not ok:
+        raise _bad(f"{key}: expected a finite number, got {_short(v)}", key)
     return float(v)
 
 
@@ -234,9 +239,13 @@ def _int(body: Mapping[str, Any], key: str, minimum: int | None = None) -> int |
     v = body.get(key)
     if v is None:
         return None
-    if not _is_int(v) or (minimum is not None and v < minimum):
-        raise _bad(f"{key}: expected an integer" + (f" >= {minimum}" if minimum is not None else "") + f", got {v!r}", key)
+    if not _is_int(v) or (minimum is not None and v < minimum) or abs(v) >= 1 << 63:
+        raise _bad(f"{key}: expected an integer" + (f" >= {minimum}" if minimum is not None else "") + f" (64-bit), got {_short(v)}", key)
     return int(v)
+
+
+def _short(v: Any) -> str:
+    return protocol._short(v)
 
 
 def _stop(body: Mapping[str, Any], key: str, limit: int | None = 4) -> tuple[str, ...] | None:
@@ -663,27 +672,38 @@ class ServedDecoder:
 # ----------------------------------------------------------------------------------- the routes
 
 
-async def _read_json(request: Request, limit: int) -> dict[str, Any]:
-    """The request body (at most ``limit`` bytes: 413 past it) as a JSON object (400 otherwise)."""
+async def _read_json(request: Request, limit: int, decodes: asyncio.Semaphore | None = None) -> dict[str, Any]:
+    """The request body (at most ``limit`` bytes: 413 past it) as a JSON object (400 otherwise:
+    nesting past the recursion limit and numbers past Python's digit limit too); a large body is
+    parsed in one of the ``decodes`` slots."""
     cl = request.headers.get("content-length")
     if cl is not None:
         try:
             n = int(cl)
         except ValueError:
-            raise _bad(f"Content-Length: expected an integer, got {cl!r}") from None
+            raise _bad(f"Content-Length: expected an integer, got {cl[:40]!r}") from None
         if n > limit:
             raise GenerateError(413, f"body of {n} bytes is over the limit of {limit}")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise GenerateError(413, f"body is over the limit of {limit} bytes")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise GenerateError(413, f"body is over the limit of {limit} bytes")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise GenerateError(499, "the client went away before its body arrived") from None
     raw = b"".join(chunks)
     try:
-        doc = json.loads(raw) if len(raw) < 1 << 16 else await run_in_threadpool(json.loads, raw)
-    except (ValueError, UnicodeDecodeError) as e:
+        if len(raw) < 1 << 16:
+            doc = protocol.loads_json(raw)
+        elif decodes is None or len(raw) < 1 << 20:
+            doc = await run_in_threadpool(protocol.loads_json, raw)
+        else:
+            async with decodes:
+                doc = await run_in_threadpool(protocol.loads_json, raw)
+    except protocol.ProtocolError as e:
         raise _bad(f"the body is not valid JSON: {e}") from None
     if not isinstance(doc, dict):
         raise _bad(f"the body must be a JSON object, got {type(doc).__name__}")
@@ -695,6 +715,8 @@ class GenerateAPI:
 
     def __init__(self, decoders: Mapping[str, Any], options: ServeOptions, tensor_models: Sequence[str] = ()) -> None:
         self.options = options
+        self.decodes: asyncio.Semaphore | None = None  # create_app shares its large-body decode slots
+        self.failures: Any = None  # and its rate-limited traceback log (a TracebackLimiter)
         self.tensor_models = frozenset(tensor_models)  # the v2 (infer) models served beside, for a clear 400
         # an engine admits max_streams + its queue; a DecoderModel runs one and lets queue_size wait
         self.served = {name: ServedDecoder(name, m, int(getattr(m, "capacity", options.queue_size + 1))) for name, m in decoders.items()}
@@ -737,6 +759,13 @@ class GenerateAPI:
         if version is not None and version != s.version:
             raise GenerateError(404, f"model {name!r} has version {s.version!r}, not {version!r}", code="model_not_found")
         return s
+
+    def _failed(self, e: BaseException, route: str, served: ServedDecoder | None) -> None:
+        name = served.name if served else "?"
+        if self.failures is not None:
+            self.failures.exception("serve: %s on %s failed", route, name, exc=e)
+        else:
+            _log.error("serve: %s on %s failed", route, name, exc_info=e)
 
     def _count(self, served: ServedDecoder | None, route: str, status: int) -> None:
         table = served.requests if served is not None else self._unknown
@@ -830,7 +859,7 @@ class GenerateAPI:
         served: ServedDecoder | None = None
         status = 500
         try:
-            body = await _read_json(request, self.options.max_body_bytes)
+            body = await _read_json(request, self.options.max_body_bytes, self.decodes)
             name = body.get("model")
             if isinstance(name, str) and name:
                 served = self._decoder(name)
@@ -849,7 +878,7 @@ class GenerateAPI:
             status = 429 if e.busy else e.status
             return e.openai()
         except Exception as e:  # a failure of the model or the server: the message, never a traceback
-            _log.exception("serve: %s on %s failed", route, served.name if served else "?")
+            self._failed(e, route, served)
             return openai_error(500, f"generation failed: {type(e).__name__}: {e}", code="server_error")
         finally:
             self._count(served, route, status)
@@ -904,7 +933,7 @@ class GenerateAPI:
             if name in self.tensor_models:
                 raise GenerateError(400, f"model {name!r} is not a text-generation model: POST /v2/models/{name}/infer with tensors")
             served = self._decoder(name, request.path_params.get("version"))
-            body = await _read_json(request, self.options.max_body_bytes)
+            body = await _read_json(request, self.options.max_body_bytes, self.decodes)
             req = parse_triton(body, served.name)
             if stream:
                 run = await self._start(served, req, t0, "text_input")
@@ -926,7 +955,7 @@ class GenerateAPI:
             status = 503 if e.busy else e.status
             return e.triton()
         except Exception as e:
-            _log.exception("serve: %s on %s failed", route, served.name if served else "?")
+            self._failed(e, route, served)
             return JSONResponse({"error": f"generation failed: {type(e).__name__}: {e}"}, status_code=500)
         finally:
             self._count(served, route, status)

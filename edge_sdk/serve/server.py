@@ -10,7 +10,9 @@ uvicorn is told not to configure logging (``log_config=None``): the process's lo
 from __future__ import annotations
 
 import ipaddress
+import json
 import logging
+import os
 import socket
 import threading
 import time
@@ -109,7 +111,16 @@ class Server:
             raise ServeError("this Server was already started; make a new one")
         import uvicorn
 
-        kw: dict[str, Any] = {}
+        options = self._options()
+        cap, reserve = connection_limits(options)
+        limits = _Limits(cap, reserve, options.header_timeout_s)
+        self.limits = limits
+        kw: dict[str, Any] = {
+            "http": guarded_protocol(limits),
+            "timeout_keep_alive": options.keep_alive_s,  # uvicorn's: an idle kept-alive connection (typed int, a float works)
+            "limit_concurrency": 2 * (cap + reserve),  # uvicorn's 503 (health too): only a backstop past our own cap
+            "h11_max_incomplete_event_size": MAX_HEADER_BYTES,  # h11's header bound (httptools: our MAX_HEADER_BYTES check)
+        }
         if self._tls is not None:
             kw = {"ssl_certfile": self._tls[0], "ssl_keyfile": self._tls[1]}
         if self._access_log is not None:
@@ -117,7 +128,7 @@ class Server:
             access.setLevel(logging.INFO if self._access_log else logging.WARNING)
             access.propagate = True
         config = uvicorn.Config(
-            self.app,
+            ErrorGuard(self.app, self._failures()),
             host=self.host,
             port=self._port,
             log_config=None,
@@ -145,6 +156,20 @@ class Server:
             time.sleep(0.01)
         _log.info("serve: listening on %s", self.url)
         return self
+
+    def _options(self) -> ServeOptions:
+        st = getattr(getattr(self.app, "state", None), "serve", None)
+        opts = getattr(st, "options", None)
+        return opts if isinstance(opts, ServeOptions) else ServeOptions()
+
+    def _failures(self) -> Any:
+        st = getattr(getattr(self.app, "state", None), "serve", None)
+        lim = getattr(st, "failures", None)
+        if lim is None:
+            from .app import TracebackLimiter
+
+            lim = TracebackLimiter(_log)
+        return lim
 
     def _serve(self) -> None:
         try:
@@ -193,6 +218,233 @@ class Server:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+# ----------------------------------------------------------------------------------- hostile clients
+
+#: The most bytes a request's line and headers may take (431 past it; h11 gets it as its own limit).
+MAX_HEADER_BYTES = 64 << 10
+_DEFAULT_CONNECTIONS = 1000
+_FD_HEADROOM = 32  # descriptors kept free for the process (model files, logs, the thread pool)
+
+
+def connection_limits(options: ServeOptions) -> tuple[int, int]:
+    """(cap, reserve): open connections at most, and the health-only ones past the cap. Without
+    ``max_connections`` the cap comes from the descriptor limit (``RLIMIT_NOFILE`` less the
+    descriptors open now, a headroom and the reserve; at most 1000), so accepting can never run the
+    process out of descriptors; a given ``max_connections`` is clamped to the same bound."""
+    reserve = options.reserved_connections
+    bound = _DEFAULT_CONNECTIONS
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY:
+            try:
+                used = len(os.listdir("/proc/self/fd"))
+            except OSError:
+                used = 64
+            bound = soft - used - _FD_HEADROOM - reserve
+    except (ImportError, OSError, ValueError):  # no resource module (Windows)
+        pass
+    want = options.max_connections if options.max_connections is not None else _DEFAULT_CONNECTIONS
+    cap = max(1, min(want, bound))
+    if options.max_connections is not None and cap < options.max_connections:
+        _log.warning("serve: max_connections %d is past what the descriptor limit allows; using %d", options.max_connections, cap)
+    if bound < 1:
+        reserve = max(1, reserve + bound - 1)
+    return cap, reserve
+
+
+class _Limits:
+    """The connection cap and header timeout shared by every connection of one server (event loop only)."""
+
+    def __init__(self, cap: int, reserve: int, header_timeout_s: float) -> None:
+        self.cap = cap
+        self.reserve = reserve
+        self.header_timeout_s = header_timeout_s
+        self.evicted = 0  # idle / header-phase connections closed to make room
+        self.refused = 0  # connections answered 503 at the cap and the reserve
+        self.timed_out = 0  # connections closed by the header timeout
+        self.reserved_used = 0  # connections admitted into the health-only reserve
+
+
+def _raw(status: int, reason: str, message: str, extra: str = "") -> bytes:
+    body = json.dumps({"error": message}).encode()
+    head = (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\nconnection: close\r\n{extra}"
+            f"content-length: {len(body)}\r\n\r\n")  # fmt: skip
+    return head.encode() + body
+
+
+def guarded_protocol(limits: _Limits, base: type | None = None) -> type:
+    """uvicorn's HTTP protocol class (httptools when installed, else h11; or ``base``) with what
+    uvicorn lacks: a header timeout (``header_timeout_s`` from the connection's opening or its
+    previous response to the end of the next request's headers; 408 and close when part of a
+    request came, close when none did), a header byte cap (:data:`MAX_HEADER_BYTES`, 431) and the
+    connection cap of :class:`_Limits` (at the cap: close the oldest connection that is idle or
+    still sending headers; else admit into the health-only reserve; else 503 and close). A request
+    being answered is never closed by these; its body is bounded by :class:`~edge_sdk.serve.app.RequestGuard`."""
+    if base is None:
+        from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+        base = AutoHTTPProtocol
+    from .app import HEALTH_PATHS
+
+    def health_only(app: Any) -> Any:
+        async def guarded(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] != "http" or scope["path"].rstrip("/") in HEALTH_PATHS:
+                await app(scope, receive, send)
+                return
+            body = json.dumps({"error": "the server is at its connection limit; this connection answers health checks only"}).encode()
+            headers = [(b"content-type", b"application/json"), (b"retry-after", b"1"), (b"connection", b"close"),
+                       (b"content-length", str(len(body)).encode())]  # fmt: skip
+            await send({"type": "http.response.start", "status": 503, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+
+        return guarded
+
+    class GuardedProtocol(base):  # type: ignore[misc, valid-type]
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._g_phase = "idle"  # idle | headers | active
+            self._g_bytes = 0
+            self._g_timer: Any = None
+            self._g_since = self.loop.time()
+            self._g_reserved = False
+            self._admit()
+            if not self.transport.is_closing():
+                self._g_arm()
+
+        def _admit(self) -> None:
+            normal, reserved = 0, 0
+            idle_normal: list[Any] = []
+            idle_reserved: list[Any] = []
+            for c in self.connections:
+                if c is self or not hasattr(c, "_g_phase") or c.transport.is_closing():
+                    continue
+                if c._g_reserved:
+                    reserved += 1
+                else:
+                    normal += 1
+                if c._g_phase != "active":
+                    (idle_reserved if c._g_reserved else idle_normal).append(c)
+            if normal < limits.cap:
+                return
+            if idle_normal:  # the oldest connection that is not being answered makes room
+                self._g_evict(idle_normal)
+                return
+            if reserved < limits.reserve or idle_reserved:
+                if reserved >= limits.reserve:
+                    self._g_evict(idle_reserved)
+                limits.reserved_used += 1
+                self._g_reserved = True
+                self.app = health_only(self.app)  # type: ignore[has-type]  # uvicorn reads self.app when it dispatches
+                return
+            limits.refused += 1
+            self._g_close(_raw(503, "Service Unavailable", "the server is at its connection limit", "retry-after: 1\r\n"))
+
+        def _g_evict(self, candidates: list[Any]) -> None:
+            victim = min(candidates, key=lambda c: c._g_since)
+            limits.evicted += 1
+            victim._g_close(None)
+
+        def _g_arm(self) -> None:
+            self._g_cancel()
+            self._g_timer = self.loop.call_later(limits.header_timeout_s, self._g_expire)
+
+        def _g_cancel(self) -> None:
+            if self._g_timer is not None:
+                self._g_timer.cancel()
+                self._g_timer = None
+
+        def _g_close(self, raw: bytes | None) -> None:
+            self._g_cancel()
+            if self.transport.is_closing():
+                return
+            if raw:
+                self.transport.write(raw)
+            self.transport.close()
+
+        def _g_answering(self) -> bool:
+            cycle = getattr(self, "cycle", None)
+            return cycle is not None and not cycle.response_complete
+
+        def _g_expire(self) -> None:
+            self._g_timer = None
+            if self._g_answering():
+                self._g_phase = "active"
+                return
+            limits.timed_out += 1
+            msg = f"the request headers did not arrive within {limits.header_timeout_s:g} s"
+            self._g_close(_raw(408, "Request Timeout", msg) if self._g_phase == "headers" else None)
+
+        def data_received(self, data: bytes) -> None:
+            counting = self._g_phase != "active"
+            super().data_received(data)
+            if not counting or self.transport.is_closing():
+                return
+            if self._g_answering():
+                self._g_phase = "active"
+                self._g_cancel()
+                return
+            self._g_phase = "headers"
+            self._g_since = min(self._g_since, self.loop.time())
+            self._g_bytes += len(data)
+            if self._g_bytes > MAX_HEADER_BYTES:
+                self._g_close(
+                    _raw(431, "Request Header Fields Too Large", f"the request headers are over the limit of {MAX_HEADER_BYTES} bytes")
+                )
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if self.transport.is_closing():
+                self._g_cancel()
+                return
+            if self._g_answering():  # a pipelined request started
+                self._g_phase = "active"
+                return
+            self._g_phase, self._g_bytes, self._g_since = "idle", 0, self.loop.time()
+            self._g_arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._g_cancel()
+            super().connection_lost(exc)
+
+    GuardedProtocol.__name__ = GuardedProtocol.__qualname__ = f"Guarded{base.__name__}"
+    return GuardedProtocol
+
+
+class ErrorGuard:
+    """The outermost ASGI layer: an exception that escapes the app (Starlette has sent its 500 and
+    re-raises it for the server to log) is logged through the app's
+    :class:`~edge_sdk.serve.app.TracebackLimiter` rather than by uvicorn with a full traceback each
+    time; a 500 is sent when no answer began."""
+
+    def __init__(self, app: Any, failures: Any) -> None:
+        self.app = app
+        self.failures = failures
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def guarded_send(message: Any) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, guarded_send)
+        except Exception as e:  # noqa: BLE001  # logged, rate-limited
+            self.failures.exception("serve: %s %s failed", scope.get("method"), scope.get("path"), exc=e)
+            if not started:
+                body = json.dumps({"error": f"the server failed: {type(e).__name__}"}).encode()
+                headers = [(b"content-type", b"application/json"), (b"connection", b"close"), (b"content-length", str(len(body)).encode())]
+                await send({"type": "http.response.start", "status": 500, "headers": headers})
+                await send({"type": "http.response.body", "body": body})
 
 
 def _is_ipv6(host: str) -> bool:
