@@ -150,9 +150,7 @@ def _pkg_files() -> dict[str, bytes]:
 
 # --- manifest and TOML ---------------------------------------------------------------
 
-toml_scalars = st.one_of(
-    st.text(max_size=12), st.integers(-(1 << 70), 1 << 70), st.floats(allow_nan=True), st.booleans(), st.none()
-)
+toml_scalars = st.one_of(st.text(max_size=12), st.integers(-(1 << 70), 1 << 70), st.floats(allow_nan=True), st.booleans(), st.none())
 json_like = st.recursive(
     toml_scalars,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
@@ -181,8 +179,6 @@ def test_manifest_from_mutated_valid_dict(key: str, value: Any, sub: str, subval
     expect_typed(lambda: Manifest.from_dict(d))
 
 
-
-
 @FUZZ
 @given(st.text(max_size=300) | st.binary(max_size=300).map(lambda b: b.decode("latin-1")))
 def test_toml_random_text(text: str) -> None:
@@ -190,7 +186,7 @@ def test_toml_random_text(text: str) -> None:
 
 
 @FUZZ
-@given(EDITS, CUTS, st.integers(0, 1500), st.sampled_from(["[", "{a=", "[[", "a.", "\"", "'''"]))
+@given(EDITS, CUTS, st.integers(0, 1500), st.sampled_from(["[", "{a=", "[[", "a.", '"', "'''"]))
 def test_toml_mutated_manifest(edits: list[tuple[int, int]], cut: int | None, depth: int, opener: str) -> None:
     text = mutate(_pkg_files()["edge-model.toml"], edits, cut).decode("latin-1")
     expect_typed(lambda: Manifest.from_dict(_toml.loads(text)), _toml.TOMLDecodeError)
@@ -200,7 +196,9 @@ def test_toml_mutated_manifest(edits: list[tuple[int, int]], cut: int | None, de
 
 @FUZZ
 @given(
-    st.dictionaries(st.sampled_from(["edge-model.toml", "m.onnx", "a/b.bin", "x.pkl", ".hidden", "labels.txt"]), st.binary(max_size=200), max_size=4)
+    st.dictionaries(
+        st.sampled_from(["edge-model.toml", "m.onnx", "a/b.bin", "x.pkl", ".hidden", "labels.txt"]), st.binary(max_size=200), max_size=4
+    )
 )
 def test_package_open_random_folder(files: dict[str, bytes]) -> None:
     with tempfile.TemporaryDirectory() as d:
@@ -327,7 +325,9 @@ def test_calibration_files(suffix: str, edits: list[tuple[int, int]], cut: int |
 
 
 @FUZZ
-@given(st.dictionaries(st.sampled_from(["a.png", "b.jpg", "c/d.png", "e/f.bmp", "labels.csv", "g.webp"]), st.binary(max_size=120), max_size=4))
+@given(
+    st.dictionaries(st.sampled_from(["a.png", "b.jpg", "c/d.png", "e/f.bmp", "labels.csv", "g.webp"]), st.binary(max_size=120), max_size=4)
+)
 def test_calibration_image_folder(files: dict[str, bytes]) -> None:
     import cv2
 
@@ -367,14 +367,29 @@ def test_modelfile_mutated(kind: str, edits: list[tuple[int, int]], cut: int | N
 
 # --- profile detection ------------------------------------------------------------------------
 
-_SYSFS = ["proc/device-tree/model", "proc/device-tree/compatible", "sys/firmware/devicetree/base/model", "etc/nv_tegra_release",
-          "proc/cpuinfo", "proc/meminfo"]
+_SYSFS = [
+    "proc/device-tree/model",
+    "proc/device-tree/compatible",
+    "sys/firmware/devicetree/base/model",
+    "etc/nv_tegra_release",
+    "proc/cpuinfo",
+    "proc/meminfo",
+]
 _TEXTS = st.one_of(
     st.binary(max_size=200),
     st.text(max_size=200).map(str.encode),
-    st.sampled_from([b"NVIDIA Jetson Orin Nano\0", b"Raspberry Pi 5 Model B\0", b"MemTotal: 99999999999999999999999 kB\n",
-                     b"MemTotal: -5 kB\n", b"processor\t: 0\nFeatures\t: neon asimd\nCPU implementer\t: 0x41\n",
-                     b"# R36 (release), REVISION: 3.0", b"flags : sse avx\nvendor_id : x\n", b"\xff\xfe\0\0"]),
+    st.sampled_from(
+        [
+            b"NVIDIA Jetson Orin Nano\0",
+            b"Raspberry Pi 5 Model B\0",
+            b"MemTotal: 99999999999999999999999 kB\n",
+            b"MemTotal: -5 kB\n",
+            b"processor\t: 0\nFeatures\t: neon asimd\nCPU implementer\t: 0x41\n",
+            b"# R36 (release), REVISION: 3.0",
+            b"flags : sse avx\nvendor_id : x\n",
+            b"\xff\xfe\0\0",
+        ]
+    ),
 )
 
 
@@ -387,3 +402,52 @@ def test_profiles_random_sysfs(files: dict[str, bytes], machine: str | None) -> 
             (Path(d) / rel).write_bytes(data)
         expect_typed(lambda: read_facts(d, machine=machine), ProfileError)
         expect_typed(lambda: detect(d, machine=machine), ProfileError)
+
+
+# --- images: the header probe and the bounded decoder ------------------------------------------
+
+_IMAGES: dict[str, bytes] = {}
+
+
+def _images() -> dict[str, bytes]:
+    if not _IMAGES:
+        import cv2
+
+        img = (np.arange(24 * 32 * 3, dtype=np.uint8).reshape(24, 32, 3) * 7) % 251
+        for ext in (".png", ".jpg", ".bmp", ".gif", ".webp", ".tif", ".ppm"):
+            ok, buf = cv2.imencode(ext, img)
+            if ok:  # every one of these is encoded by the OpenCV the project pins
+                _IMAGES[ext] = buf.tobytes()
+    return _IMAGES
+
+
+@FUZZ
+@given(st.sampled_from([".png", ".jpg", ".bmp", ".gif", ".webp", ".tif", ".ppm"]), EDITS, CUTS)
+def test_image_header_and_decode_of_mutated_files(ext: str, edits: list[tuple[int, int]], cut: int | None) -> None:
+    from edge_sdk.processing.image import decode_image_bgr
+    from edge_sdk.processing.image_header import probe_image
+
+    data = mutate(_images()[ext], edits, cut)
+    expect_typed(lambda: probe_image(data))
+    expect_typed(lambda: decode_image_bgr(data, max_pixels=1 << 16))
+
+
+@FUZZ
+@given(st.binary(max_size=300), st.sampled_from([b"", b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"BM", b"GIF89a", b"II*\0", b"P6\n"]))
+def test_image_header_of_random_bytes(data: bytes, magic: bytes) -> None:
+    from edge_sdk.processing.image import decode_image_bgr
+    from edge_sdk.processing.image_header import probe_image
+
+    expect_typed(lambda: probe_image(magic + data))
+    expect_typed(lambda: decode_image_bgr(magic + data, max_pixels=1 << 16))
+
+
+# --- request bodies: nesting, numbers and shapes that once became 500s --------------------------
+
+
+@FUZZ
+@given(st.integers(1, 100_000), st.sampled_from(["[", '{"a":', '{"inputs":[{"data":']), st.integers(0, 5000))
+def test_deep_nesting_and_huge_numbers_are_typed(depth: int, opener: str, digits: int) -> None:
+    body = (opener * depth + "1" * max(digits, 1)).encode()
+    expect_typed(lambda: protocol.loads_json(body))
+    expect_typed(lambda: protocol.decode_request(body, {}, max_bytes=1 << 22))

@@ -6,7 +6,7 @@ properties there); this is for long local runs.  ``pip install atheris``, then::
     python -m tools.fuzz_atheris TARGET [libFuzzer flags, e.g. -max_total_time=300 -rss_limit_mb=4096 corpus_dir]
 
 TARGET is one of: toml, manifest, package_zip, package_tar, request, response,
-onnx, tflite, sniff, npy, csv, cpuinfo.  Any exception that is not the
+onnx, tflite, sniff, npy, csv, cpuinfo, image_header, image_decode, json.  Any exception that is not the
 SDK's typed error (EdgeSDKError, or the target's documented error type) is
 reported by libFuzzer as a crash, with the input saved as ``crash-<sha1>``.
 """
@@ -28,6 +28,8 @@ with atheris.instrument_imports():
     from edge_sdk.errors import EdgeSDKError
     from edge_sdk.package import Manifest, ModelPackage, TensorSpec
     from edge_sdk.package import modelfile as _modelfile
+    from edge_sdk.processing.image import decode_image_bgr
+    from edge_sdk.processing.image_header import probe_image
     from edge_sdk.remote import protocol
 
 _TMP = Path(tempfile.mkdtemp(prefix="edge-sdk-fuzz-"))
@@ -131,6 +133,9 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "npy": _calibration(".npy", _VEC),
     "csv": _calibration(".csv", _IMU),
     "cpuinfo": _cpuinfo,
+    "image_header": _parse(probe_image),
+    "image_decode": _parse(lambda d: decode_image_bgr(d, max_pixels=1 << 20)),
+    "json": _parse(protocol.loads_json),
 }
 
 
