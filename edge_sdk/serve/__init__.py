@@ -88,6 +88,13 @@ whose results depend on what else is in the batch (dynamic quantization computes
 the whole batch) should be served with ``max_batch_size=1``. Models run off the event loop, so
 health checks and metrics answer while a model is busy.
 
+Limits (:class:`ServeOptions`): a request's headers must arrive within ``header_timeout_s`` and be
+under 64 KiB, its body within ``body_timeout_s`` (408); idle kept-alive connections close after
+``keep_alive_s``; at most ``max_connections`` are open, with ``reserved_connections`` kept for the
+health checks; a declared body over ``max_body_bytes`` is a 413 before it is read, bodies in flight
+hold at most ``max_inflight_body_bytes`` (503), large bodies are decoded ``max_decodes`` at a time;
+malformed JSON, types, numbers, shapes and ragged data are 400s; 500 tracebacks are rate-limited.
+
 Security: the server binds 127.0.0.1 unless told otherwise. With ``ServeOptions.token`` every
 endpoint except ``/v2/health/live`` and ``/v2/health/ready`` needs ``Authorization: Bearer <token>``
 (401 with ``WWW-Authenticate: Bearer`` otherwise; compared in constant time; never logged). Health
