@@ -127,9 +127,13 @@ def read_image_file(path: str | Path, *, max_bytes: int = MAX_IMAGE_FILE_BYTES, 
         try:
             head = _read_fd(fd, min(_HEAD_BYTES, st.st_size))
             try:
-                _check_pixels(probe_image(head, complete=len(head) >= st.st_size), name, max_pixels)
+                hdr = probe_image(head, complete=len(head) >= st.st_size)
             except NeedMoreBytes:
-                pass  # the header goes on (a JPEG with large APPn segments): checked again on the whole file
+                hdr = None  # the header goes on (a JPEG with large APPn segments): checked again on the whole file
+            except ImageError as e:
+                raise ImageError(f"image file {name}: {e}") from None
+            if hdr is not None:
+                _check_pixels(hdr, name, max_pixels)
             data = head + _read_fd(fd, max_bytes + 1 - len(head))
         except OSError as e:
             raise ImageError(f"image file {name} cannot be read: {e.strerror or e}") from e
