@@ -30,6 +30,7 @@ from .backends.base import ModelSource, Session, SessionOptions, all_backend_sta
 from .errors import (
     ImageError,
     InputError,
+    ManifestError,
     OptionsError,
     ResultCacheError,
     SelectionError,
@@ -352,7 +353,9 @@ class Model:
         (:func:`edge_sdk.selection.lighter_variants` with this model's profile, memory budget and
         quality gate), the mildest step first; the governor's LighterVariant step asks this."""
         det = self.detection
-        return lighter_variants(self.manifest, self.variant.id, det.profile, memory_budget_mb=det.memory_budget_mb, min_cosine=self.options.min_cosine)
+        return lighter_variants(
+            self.manifest, self.variant.id, det.profile, memory_budget_mb=det.memory_budget_mb, min_cosine=self.options.min_cosine
+        )
 
     def with_variant(self, variant_id: str) -> "Model":
         """A new Model: this package's ``variant_id`` on this model's profile, with its other load options (this one stays open)."""
@@ -458,7 +461,11 @@ class Model:
         if self._cls_output is not None:
             dec = self.manifest.decoder
             return decode_classification(
-                outs[self._cls_output], self._labels, top_k=top_k or dec.top_k, apply_softmax=dec.softmax, temperature=self.variant.temperature or 1.0
+                outs[self._cls_output],
+                self._labels,
+                top_k=top_k or dec.top_k,
+                apply_softmax=dec.softmax,
+                temperature=self.variant.temperature or 1.0,
             )
         if self._decode_other is not None:
             return self._decode_other(outs, transform)
@@ -706,7 +713,9 @@ def _build_decoder(
         box_out, score_out = p["outputs"]
         weighted = p.get("nms", "weighted") == "weighted"
         label = labels[0] if labels else "face"
-        return lambda outs, tf: D.decode_blazeface(outs[box_out], outs[score_out], anchors, input_size=size or (128, 128), transform=tf, weighted=weighted, label=label, **common)
+        return lambda outs, tf: D.decode_blazeface(
+            outs[box_out], outs[score_out], anchors, input_size=size or (128, 128), transform=tf, weighted=weighted, label=label, **common
+        )
     out = dec.output or (p.get("outputs") or (outputs[0].name,))[0]
     kw = {k: p[k] for k in ("class_aware", "normalized", "apply_sigmoid") if k in p}
     layout = p["layout"]
@@ -751,7 +760,23 @@ def _signature_check(v: Variant, specs_in: Sequence[TensorSpec], specs_out: Sequ
         raise SignatureMismatchError(f"variant {v.id}: manifest disagrees with the model: " + "; ".join(problems))
 
 
-def _random_feeds(specs: Sequence[TensorSpec], seed: int = 0) -> dict[str, np.ndarray]:
+#: Most bytes of inputs :func:`_measure` builds to time one variant (they are at the smallest declared
+#: shapes, so real models need kilobytes); a manifest that declares more is refused before allocating.
+MAX_MEASURE_FEED_BYTES = 256 * 1024**2
+
+
+def _check_feed_size(specs: Sequence[TensorSpec], limit: int = MAX_MEASURE_FEED_BYTES) -> None:
+    need = sum(s.nbytes(s.min_shape()) for s in specs)
+    if need > limit:
+        worst = max(specs, key=lambda s: s.nbytes(s.min_shape()))
+        raise ManifestError(
+            f"inputs: timing the tied variants needs {need} bytes of inputs at the smallest declared shapes "
+            f"(input {worst.name!r}: {list(worst.min_shape())} {worst.dtype}), over the limit of {limit} bytes"
+        )
+
+
+def _random_feeds(specs: Sequence[TensorSpec], seed: int = 0, limit: int = MAX_MEASURE_FEED_BYTES) -> dict[str, np.ndarray]:
+    _check_feed_size(specs, limit)
     rng = np.random.default_rng(seed)
     out = {}
     for s in specs:
@@ -825,7 +850,9 @@ def load_model(
     that says to use :func:`load_decoder`."""
     opts, pkg, cache = _open_package(package, options, overrides)
     if pkg.manifest.task == "text-generation":
-        raise SelectionError(f"package {pkg.manifest.name} is a text-generation package: load it with load() or load_decoder() and call generate/chat")
+        raise SelectionError(
+            f"package {pkg.manifest.name} is a text-generation package: load it with load() or load_decoder() and call generate/chat"
+        )
     return _load_model(pkg, profile, opts, cache)
 
 
@@ -838,11 +865,15 @@ def load_decoder(
     """:func:`load` for a text-generation package; any other package is a SelectionError."""
     opts, pkg, cache = _open_package(package, options, overrides)
     if pkg.manifest.task != "text-generation":
-        raise SelectionError(f"package {pkg.manifest.name} has task {pkg.manifest.task!r}, not text-generation: load it with load() or load_model()")
+        raise SelectionError(
+            f"package {pkg.manifest.name} has task {pkg.manifest.task!r}, not text-generation: load it with load() or load_model()"
+        )
     return _load_decoder(pkg, profile, opts, cache)
 
 
-def _open_package(package: str | os.PathLike[str] | ModelPackage, options: LoadOptions | None, overrides: Mapping[str, Any]) -> tuple[LoadOptions, ModelPackage, Path]:
+def _open_package(
+    package: str | os.PathLike[str] | ModelPackage, options: LoadOptions | None, overrides: Mapping[str, Any]
+) -> tuple[LoadOptions, ModelPackage, Path]:
     opts = replace(options or LoadOptions(), **overrides) if overrides else (options or LoadOptions())
     cache = Path(opts.cache_dir) if opts.cache_dir else default_cache_dir()
     pkg = package if isinstance(package, ModelPackage) else ModelPackage.open(package, cache_dir=cache)
@@ -867,9 +898,13 @@ def _select(pkg: ModelPackage, profile: str | os.PathLike[str] | DeviceProfile |
     return sel, detection
 
 
-def _load_decoder(pkg: ModelPackage, profile: str | os.PathLike[str] | DeviceProfile | None, opts: LoadOptions, cache: Path) -> DecoderModel:
+def _load_decoder(
+    pkg: ModelPackage, profile: str | os.PathLike[str] | DeviceProfile | None, opts: LoadOptions, cache: Path
+) -> DecoderModel:
     if opts.result_cache:
-        raise ResultCacheError(f"result_cache: {pkg.manifest.name} generates text token by token; a result cache applies to single-pass models")
+        raise ResultCacheError(
+            f"result_cache: {pkg.manifest.name} generates text token by token; a result cache applies to single-pass models"
+        )
     sel, detection = _select(pkg, profile, opts)
     sopts = opts.session_options(detection.profile, cache, detection.facts.cpu_count)
     # A decode step is ~300 small kernels back to back: waking the thread pool for each costs more than
@@ -877,7 +912,14 @@ def _load_decoder(pkg: ModelPackage, profile: str | os.PathLike[str] | DevicePro
     # for pipelines that share the CPU; an explicit allow_spinning wins.
     sopts = replace(sopts, cache_dir=None, allow_spinning=True if opts.allow_spinning is None else opts.allow_spinning)
     return open_decoder(
-        pkg, pkg.manifest.variant(sel.variant_id), sel, detection, sopts, context=opts.context, telemetry=opts.telemetry, deterministic=opts.deterministic
+        pkg,
+        pkg.manifest.variant(sel.variant_id),
+        sel,
+        detection,
+        sopts,
+        context=opts.context,
+        telemetry=opts.telemetry,
+        deterministic=opts.deterministic,
     )
 
 
@@ -902,7 +944,9 @@ def _measure(
     ids = [sel.chosen.variant_id] + [c.variant_id for c in tied]
     variants = [pkg.manifest.variant(i) for i in ids]
     key = hashlib.sha256(
-        json.dumps([profile, sopts.threads, sopts.providers, sopts.delegates, [(v.id, v.sha256) for v in variants], _runtime_versions()]).encode()
+        json.dumps(
+            [profile, sopts.threads, sopts.providers, sopts.delegates, [(v.id, v.sha256) for v in variants], _runtime_versions()]
+        ).encode()
     ).hexdigest()[:24]
     store = cache / "selection.json"
     try:
@@ -917,6 +961,8 @@ def _measure(
         return sel, _open(pkg, pkg.manifest.variant(sel.variant_id), sopts, opts)
     sessions: dict[str, Session] = {}
     timings: dict[str, float] = {}
+    for v in variants:  # every declared feed size is checked before the first session is opened or array allocated
+        _check_feed_size(pkg.manifest.inputs_for(v))
     try:
         for v in variants:
             s = _open(pkg, v, sopts, opts)

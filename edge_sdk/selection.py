@@ -5,7 +5,10 @@ Rules, applied to every variant (each rejection is a reason in the result):
 1. its backend's runtime must be installed here;
 2. its precision must be one the profile lists (``runtime.precisions``);
 3. its estimated memory (file bytes x ``MEMORY_FACTOR``: weights plus the
-   runtime's working copy) must fit the effective memory budget;
+   runtime's working copy) must fit the effective memory budget, and what the
+   SDK itself allocates from the declared inputs (:func:`declared_io_bytes`:
+   measurement feeds and stream state at the smallest declared shape, image
+   buffers at ``size_hw``) must fit what the budget leaves after the weights;
 4. if ``min_cosine`` is given, its measured cosine against the reference must
    reach it (variants without a measurement pass, with a note);
 5. a variant that failed its quality gate (in the package only because the
@@ -76,9 +79,7 @@ class Selection:
         """Accepted candidates with the chosen one's precision on other backends."""
         if self.forced:
             return ()
-        return tuple(
-            c for c in self.candidates if c.accepted and c.rank[:-1] == self.chosen.rank[:-1] and c.backend != self.chosen.backend
-        )
+        return tuple(c for c in self.candidates if c.accepted and c.rank[:-1] == self.chosen.rank[:-1] and c.backend != self.chosen.backend)
 
     def with_measurement(self, timings_ms: Mapping[str, float], how: str) -> "Selection":
         """Re-decide among the tied candidates by measured median latency (ms per call)."""
@@ -90,9 +91,7 @@ class Selection:
             cands.append(c)
         timed = [c for c in cands if c.measured_ms is not None]
         best = min(timed, key=lambda c: (c.measured_ms, c.rank))
-        cands = [
-            replace(c, reasons=c.reasons + ("fastest of the tied backends on this device",)) if c is best else c for c in cands
-        ]
+        cands = [replace(c, reasons=c.reasons + ("fastest of the tied backends on this device",)) if c is best else c for c in cands]
         chosen = next(c for c in cands if c.variant_id == best.variant_id)
         return replace(self, chosen=chosen, candidates=tuple(cands), measured=True)
 
@@ -128,12 +127,31 @@ class Selection:
         }
 
 
+def declared_io_bytes(manifest: Manifest, v: Variant) -> tuple[int, str]:
+    """Bytes the SDK allocates on the caller's side from what ``manifest`` declares for variant ``v``,
+    and which field needs the most: every input at its smallest declared shape (load-time measurement
+    feeds, stream state), plus, for an image input, the float32 resize buffer at ``size_hw``."""
+    total = 0
+    worst = (0, "")
+    for s in manifest.inputs_for(v):
+        n = s.nbytes(s.min_shape())
+        what = f"input {s.name!r} at its smallest shape {list(s.min_shape())} {s.dtype}"
+        if s.preprocess is not None:
+            h, w = s.preprocess.size_hw
+            n += h * w * s.preprocess.channels * 4
+            what = f"input {s.name!r} preprocess.size_hw {list(s.preprocess.size_hw)} with shape {list(s.min_shape())} {s.dtype}"
+        total += n
+        worst = max(worst, (n, what))
+    return total, worst[1]
+
+
 def _judge(
     v: Variant,
     profile: DeviceProfile,
     backends: Mapping[str, BackendStatus],
     budget_mb: float | None,
     min_cosine: float | None,
+    io: tuple[int, str] = (0, ""),
 ) -> Candidate:
     reasons: list[str] = []
     ok = True
@@ -172,6 +190,13 @@ def _judge(
             reasons.append(f"needs ~{need_mb:.1f} MiB, over the {budget_mb:.0f} MiB budget")
         else:
             reasons.append(f"~{need_mb:.1f} MiB fits the {budget_mb:.0f} MiB budget")
+        io_mb = io[0] / MiB
+        if io_mb > budget_mb - need_mb:
+            ok = False
+            reasons.append(
+                f"declared inputs need ~{io_mb:.1f} MiB (largest: {io[1]}), over the {max(0.0, budget_mb - need_mb):.0f} MiB "
+                f"the {budget_mb:.0f} MiB budget leaves after the weights"
+            )
     if min_cosine is not None:
         cos = v.quality.cosine if v.quality else None
         if cos is None:
@@ -197,7 +222,9 @@ def _judge(
             agree = f", top-1 agreement {q.top1_agreement:.3f}" if q.top1_agreement is not None else ""
             reasons.append(f"perplexity {q.perplexity:.3f}{gap}{agree}")
         if g.tpot_ms is not None:
-            reasons.append(f"measured when converted: TTFT {g.ttft_ms} ms, TPOT {g.tpot_ms} ms on {g.bench_threads} threads ({g.bench_machine})")
+            reasons.append(
+                f"measured when converted: TTFT {g.ttft_ms} ms, TPOT {g.tpot_ms} ms on {g.bench_threads} threads ({g.bench_machine})"
+            )
     if v.gate is not None and not v.gate.passed:
         ok = False
         reasons.append("failed its quality gate when packaged (" + "; ".join(v.gate.failures) + "); only used when asked for by id")
@@ -219,7 +246,11 @@ def _apply_benchmarks(manifest: Manifest, profile: str, cands: tuple[Candidate, 
         for c in cands:
             m = meas.get(c.variant_id)
             if m is not None:
-                c = replace(c, rank=(m.latency_ms, *c.rank), reasons=c.reasons + (f"measured {m.latency_ms:.3f} ms at batch 1 on {profile} when packaged",))
+                c = replace(
+                    c,
+                    rank=(m.latency_ms, *c.rank),
+                    reasons=c.reasons + (f"measured {m.latency_ms:.3f} ms at batch 1 on {profile} when packaged",),
+                )
             out.append(c)
         return tuple(out)
     ref = manifest.reference_variant
@@ -227,11 +258,20 @@ def _apply_benchmarks(manifest: Manifest, profile: str, cands: tuple[Candidate, 
     out = []
     for c in cands:
         m = meas.get(c.variant_id)
-        if c.accepted and c.variant_id != ref.id and m is not None and m.reference_latency_ms is not None and m.latency_ms > m.reference_latency_ms * SLOWER_MARGIN:
+        if (
+            c.accepted
+            and c.variant_id != ref.id
+            and m is not None
+            and m.reference_latency_ms is not None
+            and m.latency_ms > m.reference_latency_ms * SLOWER_MARGIN
+        ):
             c = replace(
                 c,
                 rank=((ref_rank[0] if ref_rank else c.rank[0]) + 0.5, c.rank[1]),
-                reasons=c.reasons + (f"measured slower than the reference {ref.id} on {profile} ({m.latency_ms:.3f} vs {m.reference_latency_ms:.3f} ms): ranked after it",),
+                reasons=c.reasons
+                + (
+                    f"measured slower than the reference {ref.id} on {profile} ({m.latency_ms:.3f} vs {m.reference_latency_ms:.3f} ms): ranked after it",
+                ),
             )
         out.append(c)
     return tuple(out)
@@ -249,7 +289,7 @@ def select_variant(
     """Judge every variant and choose one. Raises SelectionError when none fits
     (the message lists each variant and why it lost) or ``variant`` is unknown
     or cannot run here."""
-    cands = tuple(_judge(v, profile, backends, memory_budget_mb, min_cosine) for v in manifest.variants)
+    cands = tuple(_judge(v, profile, backends, memory_budget_mb, min_cosine, declared_io_bytes(manifest, v)) for v in manifest.variants)
     if variant is None:
         cands = _apply_benchmarks(manifest, profile.name, cands)
     if variant is not None:
@@ -315,7 +355,11 @@ def lighter_variants(
     current = by_id[current_variant_id]
     ok = [
         c
-        for c in (_judge(v, profile, available_backends, memory_budget_mb, min_cosine) for v in manifest.variants if v.id != current.id)
+        for c in (
+            _judge(v, profile, available_backends, memory_budget_mb, min_cosine, declared_io_bytes(manifest, v))
+            for v in manifest.variants
+            if v.id != current.id
+        )
         if c.accepted
     ]
     meas = {c.variant_id: _measured(by_id[c.variant_id], profile.name) for c in ok}

@@ -13,8 +13,9 @@ The modules, each importing only the ones before it:
 
 - :mod:`edge_sdk.package.manifest`: the schema (:class:`Manifest`, :class:`TensorSpec`,
   :class:`Variant`, ...) parsed and checked from the TOML's tables, and written back.
-- :mod:`edge_sdk.package.archive`: folders and archives: safe extraction into the cache,
-  containment, pickle refusal, digests.
+- :mod:`edge_sdk.package.archive`: folders and archives: safe extraction into the cache (budgeted
+  by declared size, bytes written and compression ratio), containment, regular-file checks before
+  every open, pickle refusal, digests.
 - :mod:`edge_sdk.package.model_package`: :class:`ModelPackage`, the opened and verified package.
 """
 
@@ -23,14 +24,17 @@ from __future__ import annotations
 from .archive import (
     MAX_ARCHIVE_BYTES,
     MAX_ARCHIVE_MEMBERS,
+    MAX_COMPRESSION_RATIO,
     PICKLE_SUFFIXES,
     archive_kind,
     contained,
     default_cache_dir,
     extract_archive,
     file_ref,
+    open_regular,
     package_folder,
     package_root_in,
+    read_regular,
     refuse_unsafe_files,
     sha256_file,
     verify_file,
@@ -74,8 +78,9 @@ __all__ = [
     "Golden", "ImagePreprocess", "Manifest", "Quality", "ReferenceStatsRef", "StatePair", "TensorSpec", "Variant",
     "VariantGeneration", "check_relpath",
     # archive
-    "MAX_ARCHIVE_BYTES", "MAX_ARCHIVE_MEMBERS", "PICKLE_SUFFIXES", "archive_kind", "contained", "default_cache_dir",
-    "extract_archive", "file_ref", "package_folder", "package_root_in", "refuse_unsafe_files", "sha256_file", "verify_file",
+    "MAX_ARCHIVE_BYTES", "MAX_ARCHIVE_MEMBERS", "MAX_COMPRESSION_RATIO", "PICKLE_SUFFIXES", "archive_kind", "contained",
+    "default_cache_dir", "extract_archive", "file_ref", "open_regular", "package_folder", "package_root_in", "read_regular",
+    "refuse_unsafe_files", "sha256_file", "verify_file",
     # model_package
     "ModelPackage", "VerifiedModel",
 ]  # fmt: skip

@@ -43,6 +43,43 @@ TASKS = ("classification", "detection", "segmentation", "embedding", "audio", "r
 KV_DTYPES = ("float32", "float16")
 ARCHITECTURES = ("llama", "qwen2")
 
+# Sane maxima for every size and count a manifest declares (nothing real comes near them). Each is
+# checked when the manifest is parsed, before any of it is used, and a value past one is a
+# ManifestError naming the field and the bound. What a device can afford is checked later, against
+# its profile's memory budget (edge_sdk.selection).
+MAX_RANK = 16  #: axes of one tensor
+MAX_DIM = 1 << 24  #: a fixed dim, or either bound of a dynamic one
+MAX_TENSOR_ELEMENTS = 1 << 31  #: elements of one tensor at its largest declared shape
+MAX_IMAGE_SIDE = 16384  #: preprocess.size_hw, each side (pixels)
+MAX_IMAGE_PIXELS = 1 << 26  #: preprocess.size_hw, height x width (64 Mpx)
+MAX_FILE_BYTES = 1 << 40  #: a model file, an external data file, and a variant's total (1 TiB)
+MAX_TEXT_FILE_BYTES = 1 << 28  #: tokenizer, chat template, reference stats (read into memory whole)
+MAX_TENSORS = 1024  #: inputs or outputs of one list
+MAX_VARIANTS = 256
+MAX_EXTERNAL_FILES = 4096  #: external data files of one variant
+MAX_LABELS = 1 << 20
+MAX_LIST_ITEMS = 4096  #: state pairs, benchmarks, eos token ids, decoder outputs
+MAX_BATCH = 1 << 16  #: benchmark batch
+MAX_THREADS = 4096  #: benchmark / bench threads
+MAX_TOP_K = 1 << 16  #: decoder.top_k, decoder.max_detections
+MAX_TOKENS = 1 << 24  #: context length, vocabulary size, prompt tokens
+MAX_LAYERS = 4096  #: layers, heads, head_dim of a generation spec
+MAX_KV_BYTES_PER_TOKEN = 1 << 30
+
+
+def _bounded(v: int, hi: int, where: str, what: str = "") -> int:
+    """``v`` if it is at most ``hi``; else a ManifestError naming ``where`` and the bound."""
+    if v > hi:
+        raise ManifestError(f"{where}: {v} is over the limit of {hi}{f' ({what})' if what else ''}")
+    return v
+
+
+def _items(v: list[Any], hi: int, where: str) -> list[Any]:
+    """A declared list with at most ``hi`` items; else a ManifestError naming ``where`` and the bound."""
+    if len(v) > hi:
+        raise ManifestError(f"{where}: {len(v)} items, over the limit of {hi}")
+    return v
+
 
 def _req(d: Mapping[str, Any], key: str, typ: type | tuple[type, ...], where: str) -> Any:
     if key not in d:
@@ -128,6 +165,9 @@ class ImagePreprocess:
         size = _req(d, "size_hw", list, where)
         if len(size) != 2 or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in size):
             raise ManifestError(f"{where}.size_hw: expected [height, width] positive ints, got {size!r}")
+        for axis, side in zip(("height", "width"), size):
+            _bounded(side, MAX_IMAGE_SIDE, f"{where}.size_hw", f"MAX_IMAGE_SIDE pixels of {axis}")
+        _bounded(size[0] * size[1], MAX_IMAGE_PIXELS, f"{where}.size_hw", f"MAX_IMAGE_PIXELS, height x width of {size}")
         color = _choice(_opt(d, "color", str, where, "RGB"), COLOR_ORDERS, f"{where}.color")
         n = 1 if color == "GRAY" else 3
         mean = tuple(float(_typed(x, (int, float), f"{where}.mean")) for x in _opt(d, "mean", list, where, [0.0] * n))
@@ -174,6 +214,7 @@ class ImagePreprocess:
 
 
 Dim = int | str
+_DTYPE_BYTES = {"float32": 4, "float16": 2, "float64": 8, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "int32": 4, "int64": 8, "bool": 1}
 
 
 @dataclass(frozen=True)
@@ -204,6 +245,21 @@ class TensorSpec:
         """Number of dimensions."""
         return len(self.shape)
 
+    def max_shape(self) -> tuple[int, ...]:
+        """The largest concrete shape this spec admits (dynamic dims at their maximum; 1 without bounds)."""
+        out = []
+        for d in self.shape:
+            if isinstance(d, int):
+                out.append(d)
+            else:
+                b = self.bounds(d)
+                out.append(b[1] if b else 1)
+        return tuple(out)
+
+    def nbytes(self, shape: tuple[int, ...]) -> int:
+        """Bytes of this tensor at ``shape`` (``min_shape()`` or ``max_shape()``)."""
+        return math.prod(shape) * _DTYPE_BYTES.get(self.dtype, 8)
+
     def min_shape(self) -> tuple[int, ...]:
         """The smallest concrete shape this spec admits (dynamic dims at their minimum)."""
         out = []
@@ -223,13 +279,15 @@ class TensorSpec:
         name = _req(d, "name", str, where)
         where = f"{where}[{name}]"
         dtype = _choice(_req(d, "dtype", str, where), DTYPES, f"{where}.dtype")
-        raw_shape = _req(d, "shape", list, where)
+        raw_shape = _items(_req(d, "shape", list, where), MAX_RANK, f"{where}.shape")
         shape: list[Dim] = []
         for i, s in enumerate(raw_shape):
             if isinstance(s, bool) or not isinstance(s, (int, str)):
                 raise ManifestError(f"{where}.shape[{i}]: expected int or dim name, got {s!r}")
             if isinstance(s, int) and s <= 0:
                 raise ManifestError(f"{where}.shape[{i}]: fixed dims must be > 0, got {s}")
+            if isinstance(s, int):
+                _bounded(s, MAX_DIM, f"{where}.shape[{i}]", "MAX_DIM")
             shape.append(s)
         bounds_d = _opt(d, "dims", dict, where, {})
         bounds: list[tuple[str, int, int]] = []
@@ -240,6 +298,7 @@ class TensorSpec:
                 raise ManifestError(f"{where}.dims.{dn}: expected [min, max] ints, got {b!r}")
             if not 1 <= b[0] <= b[1]:
                 raise ManifestError(f"{where}.dims.{dn}: expected 1 <= min <= max, got {b}")
+            _bounded(b[1], MAX_DIM, f"{where}.dims.{dn}", "MAX_DIM")
             bounds.append((dn, b[0], b[1]))
         if is_input:
             unbounded = [s for s in shape if isinstance(s, str) and s not in bounds_d]
@@ -264,7 +323,14 @@ class TensorSpec:
             got = (shape[h_ax], shape[w_ax], shape[c_ax])
             if got != want:
                 raise ManifestError(f"{where}: preprocess size_hw/color give (H, W, C) = {want}, shape {raw_shape} has {got}")
-        return cls(name=name, dtype=dtype, shape=tuple(shape), layout=layout, dim_bounds=tuple(bounds), preprocess=pre)
+        spec = cls(name=name, dtype=dtype, shape=tuple(shape), layout=layout, dim_bounds=tuple(bounds), preprocess=pre)
+        _bounded(
+            math.prod(spec.max_shape()),
+            MAX_TENSOR_ELEMENTS,
+            f"{where}.shape",
+            f"MAX_TENSOR_ELEMENTS at the largest declared shape {list(spec.max_shape())}",
+        )
+        return spec
 
     def to_dict(self) -> dict[str, Any]:
         """The manifest form."""
@@ -313,21 +379,36 @@ class DecoderSpec:
         top_k = _opt(d, "top_k", int, where, 5)
         if top_k < 1:
             raise ManifestError(f"{where}.top_k: expected >= 1, got {top_k}")
+        _bounded(top_k, MAX_TOP_K, f"{where}.top_k", "MAX_TOP_K")
+        if isinstance(d.get("max_detections"), int):
+            _bounded(d["max_detections"], MAX_TOP_K, f"{where}.max_detections", "MAX_TOP_K")
+        if isinstance(d.get("outputs"), list):
+            _items(d["outputs"], MAX_LIST_ITEMS, f"{where}.outputs")
         params = []
         for k, types in allowed.items():
             if k in d:
                 v = _typed(d[k], types, f"{where}.{k}")
                 params.append((k, _freeze(v)))
-        spec = cls(kind=kind, output=_opt(d, "output", str, where), softmax=_opt(d, "softmax", bool, where, True), top_k=top_k, params=tuple(params))
+        spec = cls(
+            kind=kind,
+            output=_opt(d, "output", str, where),
+            softmax=_opt(d, "softmax", bool, where, True),
+            top_k=top_k,
+            params=tuple(params),
+        )
         if kind == "detection":
             fmt = spec.param("format")
             if fmt is None:
                 raise ManifestError(f"{where}.format: a detection decoder needs format = one of {list(DETECTION_FORMATS)}")
             _choice(fmt, DETECTION_FORMATS, f"{where}.format")
             if fmt == "blazeface" and len(spec.param("outputs", ())) != 2:
-                raise ManifestError(f"{where}.outputs: blazeface needs [box_and_keypoint_output, score_output], got {list(spec.param('outputs', ()))}")
+                raise ManifestError(
+                    f"{where}.outputs: blazeface needs [box_and_keypoint_output, score_output], got {list(spec.param('outputs', ()))}"
+                )
             if fmt == "yolo" and spec.param("layout") not in ("xywh+obj+classes", "xywh+classes", "xyxy+score+class"):
-                raise ManifestError(f"{where}.layout: yolo needs xywh+obj+classes | xywh+classes | xyxy+score+class, got {spec.param('layout')!r}")
+                raise ManifestError(
+                    f"{where}.layout: yolo needs xywh+obj+classes | xywh+classes | xyxy+score+class, got {spec.param('layout')!r}"
+                )
             if spec.param("nms", "weighted" if fmt == "blazeface" else "hard") not in ("hard", "weighted"):
                 raise ManifestError(f"{where}.nms: expected hard or weighted, got {spec.param('nms')!r}")
             for t in ("score_threshold", "iou_threshold"):
@@ -502,8 +583,8 @@ class Benchmark:
         return cls(
             profile=_req(d, "profile", str, where),
             latency_ms=lat,
-            threads=_req(d, "threads", int, where),
-            batch=_opt(d, "batch", int, where, 1),
+            threads=_bounded(_req(d, "threads", int, where), MAX_THREADS, f"{where}.threads", "MAX_THREADS"),
+            batch=_bounded(_opt(d, "batch", int, where, 1), MAX_BATCH, f"{where}.batch", "MAX_BATCH"),
             reference_latency_ms=None if ref is None else float(ref),
             machine=_opt(d, "machine", str, where, ""),
         )
@@ -518,6 +599,11 @@ def _pos_int(d: Mapping[str, Any], key: str, where: str) -> int:
     if v < 1:
         raise ManifestError(f"{where}.{key}: expected an int >= 1, got {v}")
     return int(v)
+
+
+def _opt_bounded(d: Mapping[str, Any], key: str, hi: int, where: str) -> int | None:
+    v = _opt(d, key, int, where)
+    return None if v is None else _bounded(v, hi, f"{where}.{key}")
 
 
 def _opt_num(d: Mapping[str, Any], key: str, where: str, *, lo: float = 0.0) -> float | None:
@@ -573,20 +659,24 @@ class GenerationSpec:
             size = _req(e, "size", int, w)
             if size < 0:
                 raise ManifestError(f"{w}.size: expected >= 0 bytes, got {size}")
+            _bounded(size, MAX_TEXT_FILE_BYTES, f"{w}.size", "MAX_TEXT_FILE_BYTES: the file is read into memory whole")
             return FileRef(_req(e, "file", str, w), _hex64(_req(e, "sha256", str, w), f"{w}.sha256"), size)
 
         tok = ref("tokenizer")
         if tok is None:
             raise ManifestError(f"{where}: missing required key 'tokenizer' (a tokenizer.json file reference)")
-        eos = tuple(_typed(x, int, f"{where}.eos_token_ids") for x in _opt(d, "eos_token_ids", list, where, []))
+        eos = tuple(
+            _typed(x, int, f"{where}.eos_token_ids")
+            for x in _items(_opt(d, "eos_token_ids", list, where, []), MAX_LIST_ITEMS, f"{where}.eos_token_ids")
+        )
         spec = cls(
             architecture=_choice(_req(d, "architecture", str, where), ARCHITECTURES, f"{where}.architecture"),
-            n_layers=_pos_int(d, "n_layers", where),
-            n_heads=_pos_int(d, "n_heads", where),
-            n_kv_heads=_pos_int(d, "n_kv_heads", where),
-            head_dim=_pos_int(d, "head_dim", where),
-            vocab_size=_pos_int(d, "vocab_size", where),
-            context_length=_pos_int(d, "context_length", where),
+            n_layers=_bounded(_pos_int(d, "n_layers", where), MAX_LAYERS, f"{where}.n_layers", "MAX_LAYERS"),
+            n_heads=_bounded(_pos_int(d, "n_heads", where), MAX_LAYERS, f"{where}.n_heads", "MAX_LAYERS"),
+            n_kv_heads=_bounded(_pos_int(d, "n_kv_heads", where), MAX_LAYERS, f"{where}.n_kv_heads", "MAX_LAYERS"),
+            head_dim=_bounded(_pos_int(d, "head_dim", where), MAX_LAYERS, f"{where}.head_dim", "MAX_LAYERS"),
+            vocab_size=_bounded(_pos_int(d, "vocab_size", where), MAX_TOKENS, f"{where}.vocab_size", "MAX_TOKENS"),
+            context_length=_bounded(_pos_int(d, "context_length", where), MAX_TOKENS, f"{where}.context_length", "MAX_TOKENS"),
             tokenizer=tok,
             chat_template=ref("chat_template"),
             bos_token_id=_opt(d, "bos_token_id", int, where),
@@ -606,7 +696,9 @@ class GenerationSpec:
 
     def to_dict(self) -> dict[str, Any]:
         """The manifest form."""
-        d: dict[str, Any] = {k: getattr(self, k) for k in ("architecture", "n_layers", "n_heads", "n_kv_heads", "head_dim", "vocab_size", "context_length")}
+        d: dict[str, Any] = {
+            k: getattr(self, k) for k in ("architecture", "n_layers", "n_heads", "n_kv_heads", "head_dim", "vocab_size", "context_length")
+        }
         d["tokenizer"] = {"file": self.tokenizer.file, "sha256": self.tokenizer.sha256, "size": self.tokenizer.size}
         if self.chat_template is not None:
             d["chat_template"] = {"file": self.chat_template.file, "sha256": self.chat_template.sha256, "size": self.chat_template.size}
@@ -669,17 +761,24 @@ class VariantGeneration:
         g = cls(
             bits=bits,
             kv_dtype=_choice(_req(d, "kv_dtype", str, where), KV_DTYPES, f"{where}.kv_dtype"),
-            kv_bytes_per_token=_pos_int(d, "kv_bytes_per_token", where),
-            weight_bytes_per_token=_pos_int(d, "weight_bytes_per_token", where),
+            kv_bytes_per_token=_bounded(
+                _pos_int(d, "kv_bytes_per_token", where), MAX_KV_BYTES_PER_TOKEN, f"{where}.kv_bytes_per_token", "MAX_KV_BYTES_PER_TOKEN"
+            ),
+            weight_bytes_per_token=_bounded(
+                _pos_int(d, "weight_bytes_per_token", where), MAX_FILE_BYTES, f"{where}.weight_bytes_per_token", "MAX_FILE_BYTES"
+            ),
             method=_opt(d, "method", str, where, ""),
             block_size=block,
             accuracy_level=acc,
-            int8_tensors=tuple(_typed(x, str, f"{where}.int8_tensors") for x in _opt(d, "int8_tensors", list, where, [])),
+            int8_tensors=tuple(
+                _typed(x, str, f"{where}.int8_tensors")
+                for x in _items(_opt(d, "int8_tensors", list, where, []), 1 << 16, f"{where}.int8_tensors")
+            ),
             batch_invariant=_opt(d, "batch_invariant", bool, where, True),
             ttft_ms=_opt_num(d, "ttft_ms", where),
             tpot_ms=_opt_num(d, "tpot_ms", where),
-            bench_prompt_tokens=_opt(d, "bench_prompt_tokens", int, where),
-            bench_threads=_opt(d, "bench_threads", int, where),
+            bench_prompt_tokens=_opt_bounded(d, "bench_prompt_tokens", MAX_TOKENS, where),
+            bench_threads=_opt_bounded(d, "bench_threads", MAX_THREADS, where),
             bench_machine=_opt(d, "bench_machine", str, where, ""),
         )
         return g
@@ -734,30 +833,53 @@ class Variant:
         bad value."""
         _no_unknown(
             d,
-            ("id", "file", "backend", "precision", "sha256", "size", "reference", "external_data", "inputs", "outputs", "quality", "gate", "benchmarks", "temperature", "generation"),
+            (
+                "id",
+                "file",
+                "backend",
+                "precision",
+                "sha256",
+                "size",
+                "reference",
+                "external_data",
+                "inputs",
+                "outputs",
+                "quality",
+                "gate",
+                "benchmarks",
+                "temperature",
+                "generation",
+            ),
             where,
         )
         vid = _req(d, "id", str, where)
         where = f"{where}[{vid}]"
         ext = []
-        for i, e in enumerate(_opt(d, "external_data", list, where, [])):
+        for i, e in enumerate(_items(_opt(d, "external_data", list, where, []), MAX_EXTERNAL_FILES, f"{where}.external_data")):
             w = f"{where}.external_data[{i}]"
             e = _typed(e, dict, w)
             _no_unknown(e, ("file", "sha256", "size"), w)
-            ext.append(FileRef(_req(e, "file", str, w), _hex64(_req(e, "sha256", str, w), f"{w}.sha256"), _req(e, "size", int, w)))
+            esize = _req(e, "size", int, w)
+            if esize < 0:
+                raise ManifestError(f"{w}.size: expected >= 0 bytes, got {esize}")
+            _bounded(esize, MAX_FILE_BYTES, f"{w}.size", "MAX_FILE_BYTES")
+            ext.append(FileRef(_req(e, "file", str, w), _hex64(_req(e, "sha256", str, w), f"{w}.sha256"), esize))
         ins = outs = None
         if "inputs" in d:
             ins = tuple(
-                TensorSpec.from_dict(_typed(x, dict, f"{where}.inputs"), f"{where}.inputs", is_input=True) for x in _typed(d["inputs"], list, f"{where}.inputs")
+                TensorSpec.from_dict(_typed(x, dict, f"{where}.inputs"), f"{where}.inputs", is_input=True)
+                for x in _items(_typed(d["inputs"], list, f"{where}.inputs"), MAX_TENSORS, f"{where}.inputs")
             )
         if "outputs" in d:
             outs = tuple(
                 TensorSpec.from_dict(_typed(x, dict, f"{where}.outputs"), f"{where}.outputs", is_input=False)
-                for x in _typed(d["outputs"], list, f"{where}.outputs")
+                for x in _items(_typed(d["outputs"], list, f"{where}.outputs"), MAX_TENSORS, f"{where}.outputs")
             )
         size = _req(d, "size", int, where)
         if size <= 0:
             raise ManifestError(f"{where}.size: expected > 0 bytes, got {size}")
+        _bounded(size, MAX_FILE_BYTES, f"{where}.size", "MAX_FILE_BYTES")
+        _bounded(size + sum(f.size for f in ext), MAX_FILE_BYTES, f"{where}: size with external_data", "MAX_FILE_BYTES")
         temperature = _opt(d, "temperature", (int, float), where)
         if temperature is not None and not (math.isfinite(temperature) and temperature > 0):
             raise ManifestError(f"{where}.temperature: expected a finite number > 0, got {temperature!r}")
@@ -776,11 +898,13 @@ class Variant:
             gate=Gate.from_dict(_typed(d["gate"], dict, f"{where}.gate"), f"{where}.gate") if "gate" in d else None,
             benchmarks=tuple(
                 Benchmark.from_dict(_typed(b, dict, f"{where}.benchmarks[{i}]"), f"{where}.benchmarks[{i}]")
-                for i, b in enumerate(_opt(d, "benchmarks", list, where, []))
+                for i, b in enumerate(_items(_opt(d, "benchmarks", list, where, []), MAX_LIST_ITEMS, f"{where}.benchmarks"))
             ),
             temperature=None if temperature is None else float(temperature),
             generation=(
-                VariantGeneration.from_dict(_typed(d["generation"], dict, f"{where}.generation"), f"{where}.generation") if "generation" in d else None
+                VariantGeneration.from_dict(_typed(d["generation"], dict, f"{where}.generation"), f"{where}.generation")
+                if "generation" in d
+                else None
             ),
         )
 
@@ -887,6 +1011,7 @@ class ReferenceStatsRef:
         check_relpath(r.file, f"{where}.file")
         if isinstance(r.size, bool) or r.size < 0:
             raise ManifestError(f"{where}.size: expected a byte count >= 0, got {r.size!r}")
+        _bounded(r.size, MAX_TEXT_FILE_BYTES, f"{where}.size", "MAX_TEXT_FILE_BYTES: the file is read into memory whole")
         return r
 
     def to_dict(self) -> dict[str, Any]:
@@ -949,19 +1074,26 @@ class Manifest:
         schema = _req(d, "schema", int, w)
         if schema != SCHEMA_VERSION:
             raise ManifestError(f"{w}.schema: this edge_sdk reads schema {SCHEMA_VERSION}, got {schema}")
-        ins = tuple(TensorSpec.from_dict(_typed(x, dict, f"{w}.inputs"), f"{w}.inputs", is_input=True) for x in _req(d, "inputs", list, w))
+        ins = tuple(
+            TensorSpec.from_dict(_typed(x, dict, f"{w}.inputs"), f"{w}.inputs", is_input=True)
+            for x in _items(_req(d, "inputs", list, w), MAX_TENSORS, f"{w}.inputs")
+        )
         outs = tuple(
-            TensorSpec.from_dict(_typed(x, dict, f"{w}.outputs"), f"{w}.outputs", is_input=False) for x in _req(d, "outputs", list, w)
+            TensorSpec.from_dict(_typed(x, dict, f"{w}.outputs"), f"{w}.outputs", is_input=False)
+            for x in _items(_req(d, "outputs", list, w), MAX_TENSORS, f"{w}.outputs")
         )
         if not ins or not outs:
             raise ManifestError(f"{w}: needs at least one input and one output")
-        variants = tuple(Variant.from_dict(_typed(x, dict, f"{w}.variants"), f"{w}.variants") for x in _req(d, "variants", list, w))
+        variants = tuple(
+            Variant.from_dict(_typed(x, dict, f"{w}.variants"), f"{w}.variants")
+            for x in _items(_req(d, "variants", list, w), MAX_VARIANTS, f"{w}.variants")
+        )
         if not variants:
             raise ManifestError(f"{w}.variants: at least one variant is required")
-        labels = tuple(_typed(x, str, f"{w}.labels") for x in _opt(d, "labels", list, w, []))
+        labels = tuple(_typed(x, str, f"{w}.labels") for x in _items(_opt(d, "labels", list, w, []), MAX_LABELS, f"{w}.labels"))
         decoder = DecoderSpec.from_dict(_typed(d["decoder"], dict, f"{w}.decoder"), f"{w}.decoder") if "decoder" in d else DecoderSpec()
         state = []
-        for i, s in enumerate(_opt(d, "state", list, w, [])):
+        for i, s in enumerate(_items(_opt(d, "state", list, w, []), MAX_LIST_ITEMS, f"{w}.state")):
             ws = f"{w}.state[{i}]"
             s = _typed(s, dict, ws)
             _no_unknown(s, ("input", "output", "initial", "batch_axis"), ws)
@@ -991,7 +1123,9 @@ class Manifest:
                 if "reference_stats" in d
                 else None
             ),
-            generation=GenerationSpec.from_dict(_typed(d["generation"], dict, f"{w}.generation"), f"{w}.generation") if "generation" in d else None,
+            generation=GenerationSpec.from_dict(_typed(d["generation"], dict, f"{w}.generation"), f"{w}.generation")
+            if "generation" in d
+            else None,
         )
         m._check_cross(w)
         return m
@@ -1008,12 +1142,16 @@ class Manifest:
             raise ManifestError(f"{w}: a [generation] table goes with task = 'text-generation' and it needs one (task is {self.task!r})")
         for v in self.variants:
             if (v.generation is not None) != (self.generation is not None):
-                raise ManifestError(f"{w}.variants[{v.id}].generation: every variant of a text-generation package has one, no other variant does")
+                raise ManifestError(
+                    f"{w}.variants[{v.id}].generation: every variant of a text-generation package has one, no other variant does"
+                )
             if v.generation is not None and v.backend != "onnxruntime":
                 raise ManifestError(f"{w}.variants[{v.id}]: text generation runs on onnxruntime, not {v.backend!r}")
         for v in self.variants:
             if v.temperature is not None and self.decoder.kind != "classification":
-                raise ManifestError(f"{w}.variants[{v.id}].temperature: applies only with a classification decoder, not {self.decoder.kind!r}")
+                raise ManifestError(
+                    f"{w}.variants[{v.id}].temperature: applies only with a classification decoder, not {self.decoder.kind!r}"
+                )
         for v in self.variants:
             vin, vout = self.inputs_for(v), self.outputs_for(v)
             for kind, specs in (("inputs", vin), ("outputs", vout)):
@@ -1084,7 +1222,12 @@ class Manifest:
         d["outputs"] = [t.to_dict() for t in self.outputs]
         if self.state:
             d["state"] = [
-                {"input": s.input, "output": s.output, "initial": s.initial, **({} if s.batch_axis is None else {"batch_axis": s.batch_axis})}
+                {
+                    "input": s.input,
+                    "output": s.output,
+                    "initial": s.initial,
+                    **({} if s.batch_axis is None else {"batch_axis": s.batch_axis}),
+                }
                 for s in self.state
             ]
         d["variants"] = [v.to_dict() for v in self.variants]

@@ -22,10 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from .. import _toml
-from ..errors import IntegrityError, ManifestError, ModelFormatError, UnsafePackageError
-from .archive import contained, package_folder, refuse_unsafe_files, verify_file
+from ..errors import IntegrityError, ManifestError, ModelFormatError, SignatureMismatchError, UnsafePackageError
+from .archive import contained, open_regular, package_folder, read_regular, refuse_unsafe_files, verify_file
 from .manifest import MANIFEST_NAME, FileRef, Manifest, Variant, check_relpath
-from .modelfile import Buffer, inspect_tflite, scan_onnx, sniff_format
+from .modelfile import Buffer, inspect_tflite, precision_mismatch, scan_onnx, sniff_format
+
+#: Largest ``edge-model.toml`` read (bytes): the TOML parser's own limit is 1 Mi characters, at most
+#: 4 bytes each. The file is read with a bounded read, so a larger one costs ``limit + 1`` bytes.
+MAX_MANIFEST_BYTES = 4 * 1024**2
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,18 @@ class VerifiedModel:
     sha256: str
 
 
+def _without_frames(e: BaseException) -> BaseException:
+    """``e`` (and its causes) with their tracebacks dropped: the frames of a failed scan hold views of
+    a memory map, which cannot be closed while they live. The messages say what was wrong."""
+    seen: set[int] = set()
+    x: BaseException | None = e
+    while x is not None and id(x) not in seen:
+        seen.add(id(x))
+        x.__traceback__ = None
+        x = x.__cause__ or x.__context__
+    return e
+
+
 class ModelPackage:
     """An opened, verified model package. Use :meth:`open`."""
 
@@ -55,7 +71,9 @@ class ModelPackage:
         self._format_checked: set[tuple[str, str]] = set()
 
     def __repr__(self) -> str:
-        return f"ModelPackage({self.manifest.name!r} {self.manifest.version}, {len(self.manifest.variants)} variants, root={str(self.root)!r})"
+        return (
+            f"ModelPackage({self.manifest.name!r} {self.manifest.version}, {len(self.manifest.variants)} variants, root={str(self.root)!r})"
+        )
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None, verify: bool = True) -> "ModelPackage":
@@ -67,9 +85,15 @@ class ModelPackage:
         source = Path(path)
         root = package_folder(source, cache_dir)
         mpath = root / MANIFEST_NAME
-        if not mpath.is_file():
+        if not os.path.lexists(mpath):
             raise ManifestError(f"{root}: no {MANIFEST_NAME}; a model package is a folder with a manifest")
-        raw = mpath.read_bytes()
+        contained(root, MANIFEST_NAME, "manifest")  # a symlink out of the package is refused, not read
+        try:
+            raw = read_regular(mpath, MANIFEST_NAME, MAX_MANIFEST_BYTES)
+        except IntegrityError as e:
+            raise ManifestError(f"{mpath}: {e}") from e
+        if len(raw) > MAX_MANIFEST_BYTES:
+            raise ManifestError(f"{mpath}: manifest is over the limit of {MAX_MANIFEST_BYTES} bytes (refused after reading {len(raw)})")
         try:
             data = _toml.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, _toml.TOMLDecodeError) as e:
@@ -117,7 +141,7 @@ class ModelPackage:
         """Check size and sha256 of every file of every variant, then sniff each
         model's format (ONNX structure, external data, TFLite header)."""
         for v in self.manifest.variants:
-            self.read_verified(v)  # hashes and scans the same bytes; checks external data too
+            self._verify_mapped(v)  # hashes and scans the same bytes (mapped, not copied); checks external data too
         for what, ref in self._golden_refs():
             verify_file(self.root, ref, what)
         rs = self.manifest.reference_stats
@@ -131,9 +155,9 @@ class ModelPackage:
         (IntegrityError naming ``what`` if it is missing or they differ): what the caller uses is
         what was verified."""
         path = contained(self.root, ref.file, what)
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise IntegrityError(f"{what}: file {ref.file!r} is missing from the package")
-        data = path.read_bytes()
+        data = read_regular(path, what, ref.size)  # at most size + 1 bytes: a larger file is refused, not read whole
         got = hashlib.sha256(data).hexdigest()
         if len(data) != ref.size or got != ref.sha256:
             raise IntegrityError(f"{what}: {ref.file} is {len(data)} bytes with sha256 {got}, manifest says {ref.size} bytes, {ref.sha256}")
@@ -168,6 +192,9 @@ class ModelPackage:
             raise ModelFormatError(f"variant {v.id}: backend {v.backend} expects a {v.format} file, {v.file} looks like {kind}")
         if v.format == "onnx":
             info = scan_onnx(data)
+            wrong = precision_mismatch(v.precision, info.weights, "onnx", info.op_types)
+            if wrong:
+                raise SignatureMismatchError(f"variant {v.id}: {v.file} is {wrong}; relabel the variant (selection ranks by this label)")
             declared = {e.file for e in v.external_data}
             model_dir = PurePosixPath(v.file).parent
             for ref in info.external_data:
@@ -182,16 +209,24 @@ class ModelPackage:
                         f"(declared: {sorted(declared) or 'none'})"
                     )
         else:
-            inspect_tflite(data)
+            tfl = inspect_tflite(data)
+            wrong = precision_mismatch(v.precision, tfl.weights, "tflite")
+            if wrong:
+                raise SignatureMismatchError(f"variant {v.id}: {v.file} is {wrong}; relabel the variant (selection ranks by this label)")
 
     def read_verified(self, v: Variant) -> VerifiedModel:
         """Read the variant's bytes once, check size, digest and format again, and
         return them: what a runtime gets is exactly what was verified."""
         path = contained(self.root, v.file, f"variant {v.id}")
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise IntegrityError(f"variant {v.id}: file {v.file!r} is missing from the package")
+        fd = open_regular(path, f"variant {v.id}")
         try:
-            data = path.read_bytes()
+            with os.fdopen(fd, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size != v.size:  # checked before reading: never more than the declared size is read
+                    raise IntegrityError(f"variant {v.id}: {v.file} is {size} bytes, manifest says {v.size}")
+                data = f.read(v.size + 1)
         except OSError as e:
             raise IntegrityError(f"variant {v.id}: cannot read {v.file}: {e}") from e
         if len(data) != v.size:
@@ -203,6 +238,14 @@ class ModelPackage:
             verify_file(self.root, ext, f"variant {v.id} external data")
         self._check_model_bytes(v, data)
         return VerifiedModel(variant=v, data=data, path=path, sha256=got)
+
+    def _verify_mapped(self, v: Variant) -> None:
+        """:meth:`read_verified`'s checks through a read-only memory map: the file is never copied into memory."""
+        if v.external_data:  # the graph file is small (the weights are the external files, hashed by streaming)
+            self.read_verified(v)
+            return
+        fd, _ = self.open_verified(v)
+        os.close(fd)
 
     def open_verified(self, v: Variant) -> tuple[int, str]:
         """The variant's file opened read-only, checked like :meth:`read_verified` (size, digest and format,
@@ -217,10 +260,7 @@ class ModelPackage:
         if v.external_data:
             raise ModelFormatError(f"variant {v.id}: open_verified takes single-file models; this one has external data")
         path = contained(self.root, v.file, f"variant {v.id}")
-        try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        except OSError as e:
-            raise IntegrityError(f"variant {v.id}: cannot open {v.file}: {e}") from e
+        fd = open_regular(path, f"variant {v.id}")  # type-checked, non-blocking: a FIFO is refused, never waited on
         try:
             size = os.fstat(fd).st_size
             if size != v.size:
@@ -229,8 +269,14 @@ class ModelPackage:
                 got = hashlib.sha256(mm).hexdigest()
                 if got != v.sha256:
                     raise IntegrityError(f"variant {v.id}: {v.file} sha256 is {got}, manifest says {v.sha256}")
+                failure: BaseException | None = None
                 with memoryview(mm) as mv:
-                    self._check_model_bytes(v, mv)
+                    try:
+                        self._check_model_bytes(v, mv)
+                    except Exception as e:  # noqa: BLE001 - re-raised below, once the map can be closed
+                        failure = _without_frames(e)
+                if failure is not None:
+                    raise failure
         except BaseException:
             os.close(fd)
             raise

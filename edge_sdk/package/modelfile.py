@@ -37,19 +37,23 @@ import io
 import math
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator, TypedDict, Union
 
 from ..errors import ModelFormatError, OptionsError, OptionsTypeError
 
 __all__ = [
+    "PICKLE_SCAN_BYTES",
     "ExternalRef",
     "OnnxInfo",
     "TFLiteInfo",
     "TensorSig",
     "inspect_tflite",
+    "looks_pickled",
+    "precision_mismatch",
     "scan_onnx",
     "sniff_format",
+    "weight_precisions",
 ]
 
 Buffer = Union[bytes, bytearray, memoryview]
@@ -159,14 +163,20 @@ class OnnxInfo:
     external_data: tuple[ExternalRef, ...]
     op_types: frozenset[str]
     node_count: int
+    #: ``(elem_type, total elements, largest tensor's elements)`` per element type of every
+    #: initializer (dense and sparse values, main graph and subgraphs): what the weights are stored as.
+    weights: tuple[tuple[int, int, int], ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)
 class TFLiteInfo:
-    """``version`` is the TFLite schema version; ``size`` the buffer length in bytes."""
+    """``version`` is the TFLite schema version; ``size`` the buffer length in bytes.
+    ``weights``: ``(TensorType, total elements, largest tensor's elements)`` per tensor type of the
+    constant tensors (those whose buffer holds data)."""
 
     version: int
     size: int
+    weights: tuple[tuple[int, int, int], ...] = field(default=(), compare=False)
 
 
 # --- input handling ---------------------------------------------------------------
@@ -197,8 +207,7 @@ def _read_varint(buf: _Buf, pos: int, end: int, what: str) -> tuple[int, int]:
     while True:
         if pos >= end:
             raise ModelFormatError(
-                f"truncated varint ({what}) at byte {start}: "
-                f"the enclosing data ends at byte {end} before the varint's last byte"
+                f"truncated varint ({what}) at byte {start}: the enclosing data ends at byte {end} before the varint's last byte"
             )
         b = buf[pos]
         pos += 1
@@ -237,9 +246,7 @@ def _fields(buf: _Buf, pos: int, end: int, ctx: str) -> Iterator[tuple[int, int,
         else:
             tag, pos = _read_varint(buf, pos, end, f"field tag in {ctx}")
             if tag > 0xFFFFFFFF or pos - tag_pos > 5:
-                raise ModelFormatError(
-                    f"field tag at byte {tag_pos} in {ctx} does not fit in a 5-byte varint32"
-                )
+                raise ModelFormatError(f"field tag at byte {tag_pos} in {ctx} does not fit in a 5-byte varint32")
         field = tag >> 3
         wire = tag & 7
         if field == 0:
@@ -275,13 +282,10 @@ def _fields(buf: _Buf, pos: int, end: int, ctx: str) -> Iterator[tuple[int, int,
             pos += size
         elif wire == 3 or wire == 4:
             raise ModelFormatError(
-                f"field {field} at byte {tag_pos} in {ctx} uses wire type {wire} "
-                "(protobuf group), which ONNX never uses"
+                f"field {field} at byte {tag_pos} in {ctx} uses wire type {wire} (protobuf group), which ONNX never uses"
             )
         else:
-            raise ModelFormatError(
-                f"field {field} at byte {tag_pos} in {ctx} has invalid wire type {wire}"
-            )
+            raise ModelFormatError(f"field {field} at byte {tag_pos} in {ctx} has invalid wire type {wire}")
 
 
 # Every message-typed and packable repeated-number field of onnx.proto, so that
@@ -426,23 +430,19 @@ class _Walker:
         self.max_depth = max_depth
         self.external: list[ExternalRef] = []
         self.op_types: set[str] = set()
+        self.weights: dict[int, list[int]] = {}  # elem_type -> [total elements, largest tensor]
 
     # helpers
 
     def enter(self, depth: int, start: int, ctx: str) -> None:
         if depth > self.max_depth:
-            raise ModelFormatError(
-                f"{ctx} at byte {start} is nested deeper than max_depth={self.max_depth}"
-            )
+            raise ModelFormatError(f"{ctx} at byte {start} is nested deeper than max_depth={self.max_depth}")
 
     def text(self, start: int, end: int, ctx: str) -> str:
         try:
             return str(self.buf[start:end], "utf-8")
         except UnicodeDecodeError as exc:
-            raise ModelFormatError(
-                f"{ctx} at bytes {start}..{end} is not valid UTF-8 "
-                f"(byte {start + exc.start})"
-            ) from None
+            raise ModelFormatError(f"{ctx} at bytes {start}..{end} is not valid UTF-8 (byte {start + exc.start})") from None
 
     def other(self, msg: str, f: int, w: int, a: int, b: int, depth: int, ctx: str) -> None:
         """A field the caller does not extract: check it if it is a known
@@ -456,21 +456,14 @@ class _Walker:
         name, kind = entry
         if kind == "varints":
             if a < b and self.buf[b - 1] >= 0x80:
-                raise ModelFormatError(
-                    f"truncated varint in packed {ctx}.{name} ending at byte {b}"
-                )
+                raise ModelFormatError(f"truncated varint in packed {ctx}.{name} ending at byte {b}")
             bad = _OVERLONG_VARINT.search(self.buf, a, b)
             if bad is not None:
-                raise ModelFormatError(
-                    f"varint in packed {ctx}.{name} at byte {bad.start()} is longer than 10 bytes"
-                )
+                raise ModelFormatError(f"varint in packed {ctx}.{name} at byte {bad.start()} is longer than 10 bytes")
         elif kind in _PACKED_SIZE:
             size = _PACKED_SIZE[kind]
             if (b - a) % size:
-                raise ModelFormatError(
-                    f"packed {ctx}.{name} at byte {a} is {b - a} bytes, "
-                    f"not a multiple of {size}"
-                )
+                raise ModelFormatError(f"packed {ctx}.{name} at byte {a} is {b - a} bytes, not a multiple of {size}")
         else:
             self.skim(kind, a, b, depth, f"{ctx}.{name}")
 
@@ -496,7 +489,7 @@ class _Walker:
                 if main is not None:
                     main["node_count"] += 1
             elif f == 5:
-                name = self.tensor(a, b, d, ctx + ".initializer")
+                name = self.tensor(a, b, d, ctx + ".initializer", weight=True)
                 if main is not None:
                     main["initializers"].add(name)
             elif f == 15:
@@ -556,25 +549,38 @@ class _Walker:
         name = ""
         for f, w, a, b in _fields(self.buf, s, e, ctx):
             if f == 1 and w == 2:
-                name = self.tensor(a, b, d, ctx + ".values")
+                name = self.tensor(a, b, d, ctx + ".values", weight=True)
             elif f == 2 and w == 2:
                 self.tensor(a, b, d, ctx + ".indices")
             elif w == 2 and f in _SCHEMA["SparseTensorProto"]:
                 self.other("SparseTensorProto", f, w, a, b, d, ctx)
         return name
 
-    def tensor(self, s: int, e: int, depth: int, ctx: str) -> str:
-        """TensorProto: name=8, external_data=13, data_location=14.  Returns the name.
+    def tensor(self, s: int, e: int, depth: int, ctx: str, *, weight: bool = False) -> str:
+        """TensorProto: dims=1, data_type=2, name=8, external_data=13, data_location=14.  Returns the name.
 
-        ``raw_data`` (9) and the typed data lists are skipped by length.
+        ``raw_data`` (9) and the typed data lists are skipped by length. A ``weight`` (an
+        initializer) adds its element type and count to :attr:`weights`.
         """
         self.enter(depth, s, ctx)
         d = depth + 1
         name = ""
         location_flag = 0
+        data_type = 0
+        elems = 1
         entries: list[tuple[str, str, int]] = []
         for f, w, a, b in _fields(self.buf, s, e, ctx):
-            if f == 8 and w == 2:
+            if f == 1 and w == 0:
+                elems = min(elems * max(_signed64(a), 0), _MASK64)
+            elif f == 1 and w == 2:  # packed dims: checked like protobuf (other), then counted
+                self.other("TensorProto", f, w, a, b, d, ctx)
+                pos = a
+                while pos < b:
+                    v, pos = _read_varint(self.buf, pos, b, ctx + ".dims")
+                    elems = min(elems * max(_signed64(v), 0), _MASK64)
+            elif f == 2 and w == 0:
+                data_type = _int32(a)
+            elif f == 8 and w == 2:
                 name = self.text(a, b, ctx + ".name")
             elif f == 13 and w == 2:
                 key, value = self.string_entry(a, b, d, ctx + ".external_data")
@@ -588,6 +594,10 @@ class _Walker:
                 self.other("TensorProto", f, w, a, b, d, ctx)
         if location_flag or entries:
             self.external_ref(name, location_flag, entries, s, ctx)
+        if weight and data_type:
+            acc = self.weights.setdefault(data_type, [0, 0])
+            acc[0] = min(acc[0] + elems, _MASK64)
+            acc[1] = max(acc[1], elems)
         return name
 
     def external_ref(self, name: str, flag: int, entries: list[tuple[str, str, int]], start: int, ctx: str) -> None:
@@ -595,17 +605,12 @@ class _Walker:
         for key, value, at in entries:
             if key in ("location", "offset", "length"):
                 if key in info:
-                    raise ModelFormatError(
-                        f"{ctx}.external_data of tensor {name!r} repeats key {key!r} at byte {at}"
-                    )
+                    raise ModelFormatError(f"{ctx}.external_data of tensor {name!r} repeats key {key!r} at byte {at}")
                 info[key] = value
         if flag != _DATA_LOCATION_EXTERNAL and "location" not in info:
             return  # runtimes only read external data when data_location=EXTERNAL
         if "location" not in info:
-            raise ModelFormatError(
-                f"tensor {name!r} ({ctx}) at byte {start} has data_location=EXTERNAL "
-                "but no 'location' in external_data"
-            )
+            raise ModelFormatError(f"tensor {name!r} ({ctx}) at byte {start} has data_location=EXTERNAL but no 'location' in external_data")
         numbers: dict[str, int | None] = {}
         for key in ("offset", "length"):
             raw = info.get(key)
@@ -615,12 +620,9 @@ class _Walker:
                 numbers[key] = int(raw)
             else:
                 raise ModelFormatError(
-                    f"tensor {name!r} ({ctx}) at byte {start}: external_data {key!r} must be "
-                    f"a non-negative decimal integer, got {raw!r}"
+                    f"tensor {name!r} ({ctx}) at byte {start}: external_data {key!r} must be a non-negative decimal integer, got {raw!r}"
                 )
-        self.external.append(
-            ExternalRef(name, info["location"], numbers["offset"], numbers["length"])
-        )
+        self.external.append(ExternalRef(name, info["location"], numbers["offset"], numbers["length"]))
 
     def string_entry(self, s: int, e: int, depth: int, ctx: str) -> tuple[str, str]:
         """StringStringEntryProto: key=1, value=2."""
@@ -764,10 +766,7 @@ class _Walker:
                 domain, version = self.opset(a, b, 1, ctx + ".opset_import")
                 key = "ai.onnx" if domain in _DEFAULT_DOMAINS else domain
                 if key in opsets:
-                    raise ModelFormatError(
-                        f"opset_import at byte {a} repeats domain {key!r} "
-                        f"(versions {opsets[key]} and {version})"
-                    )
+                    raise ModelFormatError(f"opset_import at byte {a} repeats domain {key!r} (versions {opsets[key]} and {version})")
                 opsets[key] = version
             elif f == 25 and w == 2:
                 self.function(a, b, 1, ctx + ".functions")
@@ -776,9 +775,7 @@ class _Walker:
             elif w == 2 and f in _SCHEMA["ModelProto"]:
                 self.other("ModelProto", f, w, a, b, 1, ctx)
         if not graph_seen:
-            raise ModelFormatError(
-                f"not an ONNX model: no graph (ModelProto field 7) in {e - s} bytes"
-            )
+            raise ModelFormatError(f"not an ONNX model: no graph (ModelProto field 7) in {e - s} bytes")
         initializers = main["initializers"]
         return OnnxInfo(
             ir_version=ir_version,
@@ -790,6 +787,7 @@ class _Walker:
             external_data=tuple(self.external),
             op_types=frozenset(self.op_types),
             node_count=main["node_count"],
+            weights=tuple((t, n, big) for t, (n, big) in sorted(self.weights.items())),
         )
 
 
@@ -810,6 +808,102 @@ def scan_onnx(data: Buffer, *, max_depth: int = 64) -> OnnxInfo:
     if len(buf) == 0:
         raise ModelFormatError("empty file: expected an ONNX ModelProto")
     return _Walker(buf, max_depth).model(0, len(buf))
+
+
+# --- pickles --------------------------------------------------------------------------
+
+#: Bytes of a file's head that :func:`looks_pickled` looks at.
+PICKLE_SCAN_BYTES = 1 << 16
+#: Opcodes a protocol 0/1 pickle can begin with (``pickletools``: MARK, EMPTY_DICT/LIST/TUPLE,
+#: GLOBAL, INST, NONE, the int/float/string/unicode loaders, PERSID, PUT/GET).
+_PICKLE_TEXT_START = frozenset(b"(}])cNIJKLMFGSTUVXPipg")
+#: What pickletools says when the data stop in the middle of a well-formed opcode stream.
+_PICKLE_TRUNCATED = ("exhausted before seeing STOP", "remain", "no newline found")
+
+
+def looks_pickled(head: Buffer, *, whole: bool | None = None) -> bool:
+    """Whether ``head`` (a file's first bytes) is a Python pickle of any protocol 0-5.
+
+    Protocols 2-5 (and a hand-made PROTO 0/1) start with the PROTO opcode ``0x80`` and the
+    protocol number. Protocols 0 and 1 have no header: ``head`` counts as one when it starts with
+    an opcode and :func:`pickletools.dis` (which checks the stack and memo as it goes, and runs
+    nothing) parses it up to STOP, or, when ``head`` is only the start of the file (``whole``
+    false; default: shorter than :data:`PICKLE_SCAN_BYTES` means whole), up to its end.  Text
+    (JSON, labels, READMEs) fails those checks within a few opcodes.
+    """
+    import pickletools
+    import warnings
+
+    raw = bytes(_as_buffer(head)[:PICKLE_SCAN_BYTES])
+    if whole is None:
+        whole = len(raw) < PICKLE_SCAN_BYTES
+    if len(raw) >= 2 and raw[0] == 0x80 and raw[1] <= 5:
+        return True
+    if not raw or raw[0] not in _PICKLE_TEXT_START:
+        return False
+    try:
+        with warnings.catch_warnings():  # pickletools decodes STRING arguments: bad escapes warn
+            warnings.simplefilter("ignore")
+            pickletools.dis(raw, out=io.StringIO())
+    except Exception as e:  # noqa: BLE001 - any complaint: not a (complete) pickle
+        return not whole and any(m in str(e) for m in _PICKLE_TRUNCATED)
+    return True
+
+
+# --- weight precision ------------------------------------------------------------------
+
+#: Element types of weights by the precision label they stand for (ONNX TensorProto.DataType).
+_ONNX_PRECISION = {1: "fp32", 11: "fp32", 10: "fp16", 16: "fp16", 2: "int8", 3: "int8", 21: "int4", 22: "int4"}
+#: The same for TFLite TensorType (0 FLOAT32, 10 FLOAT64, 1 FLOAT16, 18 BFLOAT16, 3 UINT8, 9 INT8, 17 INT4).
+_TFLITE_PRECISION = {0: "fp32", 10: "fp32", 1: "fp16", 18: "fp16", 3: "int8", 9: "int8", 17: "int4"}
+#: A tensor this large (elements) counts as a weight for the precision check: zero points and
+#: scales are scalars or per-channel vectors, so they cannot pass an fp32 model off as int8.
+_WEIGHT_MIN_ELEMENTS = 64
+
+
+def weight_precisions(weights: tuple[tuple[int, int, int], ...], fmt: str) -> dict[str, int]:
+    """Precision label -> elements of the largest weight stored at it, from :attr:`OnnxInfo.weights`
+    (``fmt = "onnx"``) or :attr:`TFLiteInfo.weights` (``"tflite"``); other types (int32 biases,
+    int64 shapes, bool) are left out."""
+    table = _ONNX_PRECISION if fmt == "onnx" else _TFLITE_PRECISION
+    out: dict[str, int] = {}
+    for t, _n, big in weights:
+        p = table.get(t)
+        if p is not None:
+            out[p] = max(out.get(p, 0), big)
+    return out
+
+
+#: Operators that read n-bit weights packed into uint8 (ONNX Runtime contrib ops), by name suffix.
+_NBIT_OPS = ("NBits", "Bnb4", "BlockQuantized", "4Bits")
+_PRECISION_BITS = {"fp32": 32, "fp16": 16, "int8": 8, "int4": 4}
+
+
+def precision_mismatch(
+    label: str, weights: tuple[tuple[int, int, int], ...], fmt: str, op_types: frozenset[str] = frozenset()
+) -> str | None:
+    """Why the file's weights contradict precision ``label``, or None when they agree (or the file
+    has no weights to judge by).
+
+    A label claims the weights are stored in at most its bits, so a file passes when some weight of
+    at least ``min(64, largest weight)`` elements is stored at the label's precision or lower (an
+    fp32 file labelled int8, which selection would prefer as the cheap variant, fails; an fp32 label
+    always passes, as a model with fp16 weights dequantized to fp32 is common). An int4 label also
+    accepts uint8/int8 packed weights read by an n-bit operator (``MatMulNBits``,
+    ``MatMulBnb4``, ``GatherBlockQuantized``), not plain int8 ones.
+    """
+    bits = _PRECISION_BITS.get(label)
+    found = weight_precisions(weights, fmt)
+    if bits is None or bits >= 32 or not found:
+        return None
+    need = min(_WEIGHT_MIN_ELEMENTS, max(found.values()))
+    accept = {p for p, b in _PRECISION_BITS.items() if b <= bits}
+    if label == "int4" and any(op.endswith(_NBIT_OPS) for op in op_types):
+        accept.add("int8")
+    if any(found.get(p, 0) >= need for p in accept):
+        return None
+    have = ", ".join(f"{p} (largest {n} elements)" for p, n in sorted(found.items(), key=lambda kv: -kv[1]))
+    return f"labelled precision {label!r}, but no weight of {need}+ elements is stored in {bits} bits or fewer; its weights are {have}"
 
 
 # --- format sniffing -----------------------------------------------------------------
@@ -846,7 +940,7 @@ def sniff_format(data: Buffer) -> str:
 
     Checked in this order: flatbuffer identifiers ``TFL3`` / ``ORTM`` at bytes
     4..8; a zip archive (``"pickle"`` when a member name ends in ``data.pkl``, as
-    in a PyTorch checkpoint); a pickle with protocol 2..5; finally ONNX, which
+    in a PyTorch checkpoint); a pickle of any protocol 0..5 (:func:`looks_pickled`); finally ONNX, which
     is only reported when :func:`scan_onnx` parses the whole file and finds a
     graph.  Never raises for any bytes.
     """
@@ -862,7 +956,7 @@ def sniff_format(data: Buffer) -> str:
         if any(name.endswith(b"data.pkl") for name in _zip_member_names(buf)):
             return "pickle"
         return "zip"
-    if buf[0] == 0x80 and len(buf) >= 2 and 2 <= buf[1] <= 5:
+    if looks_pickled(buf[:PICKLE_SCAN_BYTES], whole=len(buf) <= PICKLE_SCAN_BYTES):
         return "pickle"
     try:
         scan_onnx(buf)
@@ -893,8 +987,7 @@ class _FlatBuffer:
     def need(self, pos: int, size: int, what: str) -> None:
         if pos < 0 or pos + size > self.n:
             raise ModelFormatError(
-                f"TFLite {what} at byte {pos} needs {size} bytes but the file has {self.n} "
-                "(truncated or corrupt flatbuffer)"
+                f"TFLite {what} at byte {pos} needs {size} bytes but the file has {self.n} (truncated or corrupt flatbuffer)"
             )
 
     def u16(self, pos: int, what: str) -> int:
@@ -940,10 +1033,7 @@ class _FlatBuffer:
         if off == 0:
             return None
         if off + size > tsize:
-            raise ModelFormatError(
-                f"TFLite field {what} at byte {pos + off} lies outside its table "
-                f"({tsize} bytes from byte {pos})"
-            )
+            raise ModelFormatError(f"TFLite field {what} at byte {pos + off} lies outside its table ({tsize} bytes from byte {pos})")
         return pos + off
 
     def vector(self, tbl: tuple[int, int, int], index: int, elem_size: int, what: str) -> tuple[int, int] | None:
@@ -981,6 +1071,8 @@ def inspect_tflite(data: Buffer) -> TFLiteInfo:
     if desc is not None:
         fb.need(desc[0] + desc[1], 1, "Model.description terminator")
     fb.vector(root, 5, 4, "Model.metadata_buffer")
+    filled: set[int] = set()  # buffers that hold data (constant tensors)
+    tensors: list[tuple[int, int, int]] = []  # (TensorType, elements, buffer index) of every tensor
     for index, name in _TFL_TABLE_VECTORS.items():
         vec = fb.vector(root, index, 4, f"Model.{name}")
         if vec is None:
@@ -995,29 +1087,39 @@ def inspect_tflite(data: Buffer) -> TFLiteInfo:
             elem = first + 4 * i
             tbl = fb.table(elem + fb.u32(elem, f"Model.{name}[{i}]"), f"Model.{name}[{i}]")
             if index == 4:  # Buffer: data=0 [ubyte], offset=1 ulong, size=2 ulong
-                fb.vector(tbl, 0, 1, f"Model.buffers[{i}].data")
+                data_vec = fb.vector(tbl, 0, 1, f"Model.buffers[{i}].data")
                 off_at = fb.field(tbl, 1, 8, f"Model.buffers[{i}].offset")
                 size_at = fb.field(tbl, 2, 8, f"Model.buffers[{i}].size")
                 offset = 0 if off_at is None else fb.u64(off_at, "Buffer.offset")
                 size = 0 if size_at is None else fb.u64(size_at, "Buffer.size")
                 if offset > 1:  # "only valid if > 1" (schema.fbs)
                     fb.need(offset, size, f"Model.buffers[{i}] external data")
+                if (data_vec is not None and data_vec[1] > 0) or (offset > 1 and size > 0):
+                    filled.add(i)
             elif index == 2:
-                _check_tflite_quant_scales(fb, tbl, i)
-    return TFLiteInfo(version=version, size=fb.n)
+                tensors += _check_tflite_quant_scales(fb, tbl, i)
+    weights: dict[int, list[int]] = {}
+    for ttype, elems, buffer in tensors:
+        if buffer in filled:
+            acc = weights.setdefault(ttype, [0, 0])
+            acc[0] += elems
+            acc[1] = max(acc[1], elems)
+    return TFLiteInfo(version=version, size=fb.n, weights=tuple((t, n, big) for t, (n, big) in sorted(weights.items())))
 
 
-def _check_tflite_quant_scales(fb: _FlatBuffer, subgraph: tuple[int, int, int], sg: int) -> None:
-    """Refuse NaN, infinite or negative quantization scales in subgraph ``sg``'s tensors.
+def _check_tflite_quant_scales(fb: _FlatBuffer, subgraph: tuple[int, int, int], sg: int) -> list[tuple[int, int, int]]:
+    """Refuse NaN, infinite or negative quantization scales in subgraph ``sg``'s tensors; return
+    ``(TensorType, elements, buffer index)`` of each tensor (Tensor fields 0 shape, 1 type, 2 buffer).
 
     SubGraph field 0 is ``tensors:[Tensor]``; Tensor field 4 is
     ``quantization:QuantizationParameters``, whose field 2 is ``scale:[float]``.
     A non-finite scale turns every dequantized value into NaN/Inf (or, for the
     runtime's requantization multipliers, undefined behaviour).
     """
+    out: list[tuple[int, int, int]] = []
     vec = fb.vector(subgraph, 0, 4, f"SubGraph[{sg}].tensors")
     if vec is None:
-        return
+        return out
     first, count = vec
     if count > _TFL_MAX_ELEMENTS:
         raise ModelFormatError(f"TFLite SubGraph[{sg}].tensors declares {count} tensors, more than the {_TFL_MAX_ELEMENTS} accepted")
@@ -1025,6 +1127,14 @@ def _check_tflite_quant_scales(fb: _FlatBuffer, subgraph: tuple[int, int, int], 
         elem = first + 4 * t
         what = f"SubGraph[{sg}].tensors[{t}]"
         tensor = fb.table(elem + fb.u32(elem, what), what)
+        type_at = fb.field(tensor, 1, 1, f"{what}.type")
+        buf_at = fb.field(tensor, 2, 4, f"{what}.buffer")
+        shape = fb.vector(tensor, 0, 4, f"{what}.shape")
+        elems = 1
+        if shape is not None:
+            for (dim,) in struct.iter_unpack("<i", bytes(fb.buf[shape[0] : shape[0] + 4 * min(shape[1], 16)])):
+                elems *= max(dim, 0)
+        out.append((0 if type_at is None else fb.buf[type_at], elems, 0 if buf_at is None else fb.u32(buf_at, f"{what}.buffer")))
         q_at = fb.field(tensor, 4, 4, f"{what}.quantization")
         if q_at is None:
             continue
@@ -1038,3 +1148,4 @@ def _check_tflite_quant_scales(fb: _FlatBuffer, subgraph: tuple[int, int, int], 
                 raise ModelFormatError(
                     f"TFLite {what}.quantization.scale[{k}] is {value}; expected a finite scale >= 0 (NaN/Inf/negative scales are corrupt)"
                 )
+    return out
