@@ -245,16 +245,20 @@ class TensorSpec:
         """Number of dimensions."""
         return len(self.shape)
 
-    def max_shape(self) -> tuple[int, ...]:
-        """The largest concrete shape this spec admits (dynamic dims at their maximum; 1 without bounds)."""
+    def _shape_at(self, end: int) -> tuple[int, ...]:
+        """Fixed dims as they are, dynamic ones at their lower (``end`` 0) or upper (1) bound; 1 without bounds."""
         out = []
         for d in self.shape:
             if isinstance(d, int):
                 out.append(d)
             else:
                 b = self.bounds(d)
-                out.append(b[1] if b else 1)
+                out.append(b[end] if b else 1)
         return tuple(out)
+
+    def max_shape(self) -> tuple[int, ...]:
+        """The largest concrete shape this spec admits (dynamic dims at their maximum; 1 without bounds)."""
+        return self._shape_at(1)
 
     def nbytes(self, shape: tuple[int, ...]) -> int:
         """Bytes of this tensor at ``shape`` (``min_shape()`` or ``max_shape()``)."""
@@ -262,14 +266,7 @@ class TensorSpec:
 
     def min_shape(self) -> tuple[int, ...]:
         """The smallest concrete shape this spec admits (dynamic dims at their minimum)."""
-        out = []
-        for d in self.shape:
-            if isinstance(d, int):
-                out.append(d)
-            else:
-                b = self.bounds(d)
-                out.append(b[0] if b else 1)
-        return tuple(out)
+        return self._shape_at(0)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str, *, is_input: bool) -> "TensorSpec":

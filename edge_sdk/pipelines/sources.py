@@ -52,6 +52,7 @@ import numpy as np
 
 from .._deps import require_cv2
 from ..errors import EdgeSDKError, ImageError, MissingDependencyError, OptionsError, OptionsTypeError
+from ..package.archive import file_kind
 from ..processing.image import MAX_IMAGE_FILE_BYTES, MAX_IMAGE_PIXELS, decode_image_bgr, read_image_file
 from .errors import InvalidFrameError, SourceClosedError, SourceError, UnknownSourceError
 
@@ -745,15 +746,7 @@ def _nonregular_kind(p: Path) -> str | None:
         mode = p.stat().st_mode
     except OSError:
         return None
-    for test, kind in (
-        (stat.S_ISFIFO, "a FIFO (named pipe)"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return kind
-    return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else "not a regular file"
+    return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else f"a {file_kind(mode)}"
 
 
 # ----------------------------------------------------------------------------------------------

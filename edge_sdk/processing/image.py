@@ -20,6 +20,7 @@ import numpy as np
 from .._deps import require_cv2
 from ..errors import ImageError, OptionsError
 from ..package import ImagePreprocess, TensorSpec
+from ..package.archive import file_kind
 from .image_header import ImageHeader, NeedMoreBytes, probe_image
 
 
@@ -71,19 +72,6 @@ def _check_budget_arg(max_pixels: int, max_bytes: int | None = None) -> None:
         raise OptionsError(f"max_bytes: expected an int >= 1, got {max_bytes!r}")
 
 
-def _file_kind(mode: int) -> str:
-    for test, kind in (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO (named pipe)"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return kind
-    return "not a regular file"
-
-
 def _read_fd(fd: int, n: int) -> bytes:
     """Up to ``n`` bytes from ``fd`` (fewer only at the end of the file)."""
     parts, got = [], 0
@@ -116,7 +104,7 @@ def read_image_file(path: str | Path, *, max_bytes: int = MAX_IMAGE_FILE_BYTES, 
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise ImageError(f"image file {name} is {_file_kind(st.st_mode)}, not a regular file; refused without reading it")
+            raise ImageError(f"image file {name} is a {file_kind(st.st_mode)}, not a regular file; refused without reading it")
         if st.st_size == 0:
             raise ImageError(f"image file {name} is empty")
         if st.st_size > max_bytes:
