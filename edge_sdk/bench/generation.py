@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
+from .._version import __version__
 from ..backends.genai import require_genai as _require_genai
 from ..errors import ContextBudgetError, GenerationError, OptionsError, PromptError
 from .options import BenchError, named_variants
@@ -456,7 +457,6 @@ def run_generation_bench(
     Raises BenchError (not a text-generation package, unknown variant, nothing runnable),
     MissingDependencyError (``vs_raw`` without onnxruntime-genai), ContextBudgetError (P + G over
     the KV buffer), and what ``load`` raises."""
-    from .._version import __version__
     from ..backends.base import all_backend_status
     from ..model import LoadOptions, load_decoder
     from ..package import ModelPackage, default_cache_dir
@@ -629,20 +629,14 @@ def run_generation_bench(
         "package": {"name": manifest.name, "version": manifest.version, "path": str(pkg.root)},
         "settings": {**opts.to_dict(), "greedy": True, "ignore_eos": True},
         "prompt": prompt_info,
-        "environment": {
-            "started": started.isoformat(timespec="seconds"),
-            "wall_s": round(_pc() - t_origin, 2),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "numpy": np.__version__,
-            "edge_sdk": __version__,
-            "onnxruntime": _version_of("onnxruntime"),
-            "onnxruntime_genai": str(og.__version__) if opts.vs_raw else _version_of("onnxruntime_genai"),
-            "profile": detection.profile.name,
-            "cpu": cpu_before,
-            "loadavg_before": cpu_before["loadavg"],
-            "loadavg_after": _loadavg(),
-        },
+        "environment": environment(
+            started,
+            _pc() - t_origin,
+            detection.profile.name,
+            cpu_before,
+            _loadavg(),
+            onnxruntime_genai=str(og.__version__) if opts.vs_raw else _version_of("onnxruntime_genai"),
+        ),
         "peak_rss_this_process_mb": this_peak,
         "peak_rss_note": f"peak_rss per row: the peak RSS of a fresh child process running only that runtime (its 'source'); "
         f"peak_rss_this_process_mb: {this_how} of this process, every variant and runtime loaded in it",
@@ -651,6 +645,28 @@ def run_generation_bench(
         "warnings": warnings,
         "argv": list(argv) if argv is not None else None,
     }
+
+
+def environment(
+    started: _dt.datetime, wall_s: float, profile: str, cpu_before: dict[str, Any], loadavg_after: Any, **more: Any
+) -> dict[str, Any]:
+    """A report's ``environment``: when, how long, the platform, the versions, the profile, the CPU and
+    its load average before and after (shared by the single-stream and the load benches)."""
+    env: dict[str, Any] = {
+        "started": started.isoformat(timespec="seconds"),
+        "wall_s": round(wall_s, 2),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "edge_sdk": __version__,
+        "onnxruntime": _version_of("onnxruntime"),
+        **more,
+        "profile": profile,
+        "cpu": cpu_before,
+        "loadavg_before": cpu_before["loadavg"],
+        "loadavg_after": loadavg_after,
+    }
+    return env
 
 
 def _spinning(model: "DecoderModel") -> bool | None:

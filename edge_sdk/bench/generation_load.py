@@ -55,7 +55,6 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import os
-import platform
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -65,7 +64,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from ..errors import GenerationBusyError, OptionsError, TemplateError
-from .generation import CPU_FLAGS, _loadavg, _pct, _version_of, cpu_facts, make_prompt, write_generation_json
+from .generation import CPU_FLAGS, _loadavg, _pct, cpu_facts, environment, make_prompt, write_generation_json
 from .options import BenchError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -398,6 +397,16 @@ def _engine_stats(eng: "GenerationEngine") -> dict[str, Any]:
     return out
 
 
+def _throughput(summ: dict[str, Any], requests: int, wall: float) -> dict[str, Any]:
+    """A block's summary with its wall time, output tokens/s and requests/s."""
+    return {
+        **summ,
+        "wall_s": wall,
+        "tokens_per_s": summ["output_tokens"] / wall if wall > 0 else None,
+        "requests_per_s": requests / wall if wall > 0 else None,
+    }
+
+
 def _make_engine(model: "DecoderModel", opts: GenerationLoadOptions, streams: int, **over: Any) -> "GenerationEngine":
     from ..generation.engine import EngineOptions, GenerationEngine
 
@@ -480,10 +489,7 @@ def _offline(model: "DecoderModel", opts: GenerationLoadOptions, prompts: _Promp
             "refused": refused,
             "failed": len(failures),
             "failures": failures[:5],
-            **summ,
-            "wall_s": wall,
-            "tokens_per_s": summ["output_tokens"] / wall if wall > 0 else None,
-            "requests_per_s": len(recs) / wall if wall > 0 else None,
+            **_throughput(summ, len(recs), wall),
             "cpu": cpu,
             "engine": _engine_stats(eng),
             "warmup": warm,
@@ -544,10 +550,7 @@ def _closed_loop(eng: "GenerationEngine", opts: GenerationLoadOptions, prompts: 
         **counts,
         "failed": len(failures),
         "failures": failures[:5],
-        **summ,
-        "wall_s": wall,
-        "tokens_per_s": summ["output_tokens"] / wall if wall > 0 else None,
-        "requests_per_s": len(recs) / wall if wall > 0 else None,
+        **_throughput(summ, len(recs), wall),
         "cpu": cpu,
     }
 
@@ -862,7 +865,6 @@ def run_generation_load(
 ) -> dict[str, Any]:
     """Run the load scenarios on a text-generation ``package``; returns the report (JSON-ready).
     Raises BenchError (not a text-generation package), and what ``load`` and the engine raise."""
-    from .._version import __version__
     from ..model import LoadOptions, load_decoder
     from ..package import ModelPackage, default_cache_dir
     from ..profiles import resolve_profile
@@ -924,19 +926,7 @@ def run_generation_load(
         "settings": {**opts.to_dict(), "greedy": True, "ignore_eos": True},
         "prompts": {"source": prompts.source, "taken": prompts.next},
         "references": REFERENCES,
-        "environment": {
-            "started": started.isoformat(timespec="seconds"),
-            "wall_s": round(_pc() - t_origin, 2),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "numpy": np.__version__,
-            "edge_sdk": __version__,
-            "onnxruntime": _version_of("onnxruntime"),
-            "profile": detection.profile.name,
-            "cpu": cpu_before,
-            "loadavg_before": cpu_before["loadavg"],
-            "loadavg_after": load_after,
-        },
+        "environment": environment(started, _pc() - t_origin, detection.profile.name, cpu_before, load_after),
         "scenarios": scen,
         "warnings": warnings,
         "argv": list(argv) if argv is not None else None,
