@@ -123,8 +123,7 @@ class _Stream:
     q: "queue.SimpleQueue[object]" = field(default_factory=queue.SimpleQueue)
     state: str = "waiting"  # waiting -> prefill -> decode -> done
     slot: int = -1
-    pos: int = 0  # tokens in the KV slot
-    prefilled: int = 0  # prompt tokens in the KV slot (from the prefix cache or prefill)
+    pos: int = 0  # tokens in the KV slot (while prefilling: the prompt tokens already in it)
     pending: int = -1  # the last accepted token, not yet run
     cached: int = 0
     queued_s: float = 0.0
@@ -406,7 +405,7 @@ class GenerationEngine:
                 entry, n = cache.lookup(s.req.ids)
                 if entry is not None:
                     self._dec.kv.restore(slot, entry.kv, n)
-                    s.pos = s.prefilled = s.cached = n
+                    s.pos = s.cached = n
             self._running.append(s)
 
     def _iteration(self) -> None:
@@ -473,15 +472,14 @@ class GenerationEngine:
 
     def _prefill(self, s: _Stream, others_decoding: bool) -> None:
         ids = s.req.ids
-        rest = len(ids) - s.prefilled
+        rest = len(ids) - s.pos
         n = 1 if self._strict else (min(rest, self.options.prefill_chunk) if others_decoding else rest)
         t0 = time.perf_counter()
-        logits = self._dec.prefill(s.slot, ids[s.prefilled : s.prefilled + n], s.pos)
+        logits = self._dec.prefill(s.slot, ids[s.pos : s.pos + n], s.pos)
         s.seq.prefill_s += time.perf_counter() - t0
         self.prefill_passes += 1
         s.pos += n
-        s.prefilled += n
-        if s.prefilled < len(ids):
+        if s.pos < len(ids):
             return
         s.state = "decode"
         self._accept(s, s.seq.sample(logits))

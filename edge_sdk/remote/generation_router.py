@@ -272,7 +272,9 @@ class GenerationRouter:
                 part = _Part("local", trigger, why)
                 parts.append(part)
                 try:
-                    inner = self.local.stream(self._continue_prompt(prompt, text_so_far), **{**kw, "max_new_tokens": left, "cancel": link.new()})
+                    inner = self.local.stream(
+                        self._continue_prompt(prompt, text_so_far), **{**kw, "max_new_tokens": left, "cancel": link.new()}
+                    )
                 except (GenerationBusyError, ContextBudgetError) as e:
                     parts.pop()
                     if self.remote is None or remote_failed is not None:
@@ -291,7 +293,13 @@ class GenerationRouter:
                     n += 1
                     if link.is_set():  # the caller's own event, set directly
                         inner.cancel()
-                    if moved is None and self.remote is not None and self.options.move_running and remote_failed is None and n % self.options.check_every_tokens == 0:
+                    if (
+                        moved is None
+                        and self.remote is not None
+                        and self.options.move_running
+                        and remote_failed is None
+                        and n % self.options.check_every_tokens == 0
+                    ):
                         hot = self._hot()
                         if hot is not None:
                             refused = self._refused()
@@ -361,26 +369,23 @@ class GenerationRouter:
             finish = "cancelled"
         ts.result = self._result(prompt, parts, finish, t0, t_first, local_result, remote_usage_prompt)
 
+    def _rendered(self, prompt: Any, text_so_far: str) -> str:
+        """The prompt as text (the chat template rendered here) plus the text generated so far: what
+        either side continues, so a moved stream goes on exactly where the other stopped."""
+        return (prompt if isinstance(prompt, str) else self.local.render_chat(prompt)) + text_so_far
+
     def _continue_prompt(self, prompt: Any, text_so_far: str) -> Any:
         """The local prompt that continues ``text_so_far`` (the prompt itself when nothing was generated)."""
-        if not text_so_far:
-            return prompt
-        base = prompt if isinstance(prompt, str) else self.local.render_chat(prompt)
-        return base + text_so_far
+        return self._rendered(prompt, text_so_far) if text_so_far else prompt
 
     def _remote_stream(self, prompt: Any, text_so_far: str, kw: Mapping[str, Any], left: int) -> Any:
         extra = {k: kw[k] for k in _SAMPLING_KEYS if kw.get(k) is not None}
         if "temperature" not in extra:
             extra["temperature"] = 0.0  # the SDK's default is greedy; an OpenAI server's is 1
         model = self._model_name
-        if text_so_far or self.local is not None:
-            # render the chat here so the remote continues the same text the device was generating
-            base = prompt if isinstance(prompt, str) else self.local.render_chat(prompt) if self.local is not None else None
-            if base is not None:
-                return self.remote.complete_stream(model, base + text_so_far, max_tokens=left, **extra)
-        if isinstance(prompt, str):
-            return self.remote.complete_stream(model, prompt, max_tokens=left, **extra)
-        return self.remote.chat_stream(model, list(prompt), max_tokens=left, **extra)
+        if self.local is None and not isinstance(prompt, str):  # no template here (and nothing generated yet): the server renders it
+            return self.remote.chat_stream(model, list(prompt), max_tokens=left, **extra)
+        return self.remote.complete_stream(model, self._rendered(prompt, text_so_far), max_tokens=left, **extra)
 
     def _learn(self, r: GenerationResult) -> None:
         a = self.options.ewma_alpha
@@ -418,7 +423,16 @@ class GenerationRouter:
         else:
             from ..telemetry.core import Provenance
 
-            prov = Provenance(model=self._model_name, version="", sha256="", variant="remote", backend="openai", runtime="remote", runtime_version="", profile="")
+            prov = Provenance(
+                model=self._model_name,
+                version="",
+                sha256="",
+                variant="remote",
+                backend="openai",
+                runtime="remote",
+                runtime_version="",
+                profile="",
+            )
         local_ids = tuple(local.token_ids) if local is not None and len(parts) == 1 and parts[0].where == "local" else ()
         return GenerationResult(
             text=text,
