@@ -123,11 +123,11 @@ def _ort_outputs(path: Path, samples: Sequence[Mapping[str, np.ndarray]], thread
 
 
 def _machine() -> str:
+    """This machine as ``Benchmark.machine`` records it: what selection compares (``edge_sdk.selection.same_machine_class``)."""
     from edge_sdk.profiles import read_facts
+    from edge_sdk.selection import describe_machine
 
-    f = read_facts("/")
-    feats = [x for x in ("avx512_vnni", "avx_vnni", "avx2", "asimddp", "fphp", "i8mm") if x in f.cpu_features]
-    return f"{f.machine} {f.cpu_model or 'unknown CPU'} x{f.cpu_count or '?'}" + (f" ({', '.join(feats)})" if feats else "")
+    return describe_machine(read_facts("/"))
 
 
 def convert(model: str | Path, calibration: str | Path, out: str | Path, opts: ConvertOptions, validation: str | Path | None = None) -> ConvertResult:

@@ -151,12 +151,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from .backends.base import all_backend_status
     from .package import ModelPackage
     from .profiles import resolve_profile
-    from .selection import select_variant
+    from .selection import describe_machine, select_variant
 
     pkg = ModelPackage.open(args.package)
     m = pkg.manifest
     det = resolve_profile(args.profile, root=args.root)
-    sel = select_variant(m, det.profile, all_backend_status(), memory_budget_mb=det.memory_budget_mb)
+    sel = select_variant(m, det.profile, all_backend_status(), memory_budget_mb=det.memory_budget_mb, machine=describe_machine(det.facts))
     lines = [
         f"{m.name} {m.version} ({m.task}) — {m.description}",
         f"manifest sha256 {pkg.manifest_sha256}; every variant's digest verified",
@@ -196,8 +196,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                 f"{g.weight_bytes_per_token / 2**20:.1f} MiB of weights read per token{ppl}{tm}"
             )
     lines += ["", "selection:", sel.explain()]
-    if sel.tied:
-        lines.append(f"(tied with {[c.variant_id for c in sel.tied]}: `load` times them on this device and keeps the faster)")
+    if sel.to_time:
+        lines.append(
+            f"(not proven by a measurement on this CPU class: `load` times {[sel.variant_id] + [c.variant_id for c in sel.to_time]} "
+            "on this device once, caches the result, and keeps the fastest, the more precise within the noise margin)"
+        )
     data = {"manifest": m.to_dict(), "manifest_sha256": pkg.manifest_sha256, "profile": det.profile.name, "selection": sel.to_dict()}
     _out(args, data, "\n".join(lines))
     return 0

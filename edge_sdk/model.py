@@ -42,7 +42,7 @@ from .package import ModelPackage, TensorSpec, Variant, default_cache_dir
 from .processing.decoders import Classification, decode_classification
 from .profiles import BoardMatch, DeviceProfile, resolve_profile
 from .result_cache import ResultCache, key_prefix
-from .selection import Selection, lighter_variants, select_variant
+from .selection import Selection, describe_machine, lighter_variants, select_variant
 from .telemetry.core import ModelTelemetry, Provenance, Sample, model_key, model_telemetry
 from .validation import InputValidator
 
@@ -65,9 +65,12 @@ class LoadOptions:
 
     variant: force this variant id. threads / allow_spinning / graph_optimization /
     providers / delegates: override the profile's runtime settings.
-    measure_backends: when the best precision exists for two backends, time
-    both here (bounded: ``measure_runs`` calls or ``measure_budget_s``) and
-    keep the faster; the result is cached per device and package.
+    measure_backends: when the choice is not proven by a measurement (the best precision exists for
+    two backends, or a lighter precision wins by the profile's rank with no benchmark recorded on
+    this CPU class), time the candidates here (bounded: ``measure_runs`` calls or
+    ``measure_budget_s`` each) and keep the fastest, the more precise within the noise margin
+    (:mod:`edge_sdk.selection`); the result is cached per device and package. False: the profile's
+    rank decides.
     min_cosine: refuse variants whose measured cosine to the reference is lower.
     raw_io: pass/get quantized tensors as stored. check_finite: scan float inputs
     for NaN/Inf (one memory-bound pass over the input; like scipy's
@@ -354,7 +357,12 @@ class Model:
         quality gate), the mildest step first; the governor's LighterVariant step asks this."""
         det = self.detection
         return lighter_variants(
-            self.manifest, self.variant.id, det.profile, memory_budget_mb=det.memory_budget_mb, min_cosine=self.options.min_cosine
+            self.manifest,
+            self.variant.id,
+            det.profile,
+            memory_budget_mb=det.memory_budget_mb,
+            min_cosine=self.options.min_cosine,
+            machine=describe_machine(det.facts),
         )
 
     def with_variant(self, variant_id: str) -> "Model":
@@ -894,6 +902,7 @@ def _select(pkg: ModelPackage, profile: str | os.PathLike[str] | DeviceProfile |
         memory_budget_mb=detection.memory_budget_mb,
         variant=opts.variant,
         min_cosine=opts.min_cosine,
+        machine=describe_machine(detection.facts),
     )
     return sel, detection
 
@@ -929,23 +938,29 @@ def _load_model(pkg: ModelPackage, profile: str | os.PathLike[str] | DeviceProfi
     _check_result_cache(pkg.manifest, opts)  # before any session is opened
     sel, detection = _select(pkg, profile, opts)
     sopts = opts.session_options(detection.profile, cache, detection.facts.cpu_count)
-    tied = sel.tied
-    if tied and opts.measure_backends and not opts.deterministic:  # a timing-based choice can differ between loads
-        sel, session = _measure(pkg, sel, tied, sopts, opts, cache, detection.profile.name)
+    to_time = sel.to_time
+    if to_time and opts.measure_backends and not opts.deterministic:  # a timing-based choice can differ between loads
+        sel, session = _measure(pkg, sel, to_time, sopts, opts, cache, detection.profile.name, describe_machine(detection.facts))
     else:
+        if to_time:
+            why = "deterministic mode" if opts.deterministic else "measure_backends=False"
+            sel = replace(sel, chosen=replace(sel.chosen, reasons=sel.chosen.reasons + (f"not timed here ({why}): the profile's rank decides",)))
+            sel = replace(sel, candidates=tuple(sel.chosen if c.variant_id == sel.chosen.variant_id else c for c in sel.candidates))
         session = _open(pkg, pkg.manifest.variant(sel.variant_id), sopts, opts)
     return Model(pkg, pkg.manifest.variant(sel.variant_id), session, sel, detection, opts)
 
 
 def _measure(
-    pkg: ModelPackage, sel: Selection, tied: tuple[Any, ...], sopts: SessionOptions, opts: LoadOptions, cache: Path, profile: str
+    pkg: ModelPackage, sel: Selection, to_time: tuple[Any, ...], sopts: SessionOptions, opts: LoadOptions, cache: Path, profile: str,
+    machine: str,
 ) -> tuple[Selection, Session]:
-    """Time the tied candidates on this device (or reuse a cached measurement)."""
-    ids = [sel.chosen.variant_id] + [c.variant_id for c in tied]
+    """Time the chosen candidate and ``to_time`` (tied backends, unproven lighter precisions) on this device,
+    or reuse a cached measurement (keyed by profile, CPU, thread count, providers, variants and runtime versions)."""
+    ids = [sel.chosen.variant_id] + [c.variant_id for c in to_time]
     variants = [pkg.manifest.variant(i) for i in ids]
     key = hashlib.sha256(
         json.dumps(
-            [profile, sopts.threads, sopts.providers, sopts.delegates, [(v.id, v.sha256) for v in variants], _runtime_versions()]
+            [profile, machine, sopts.threads, sopts.providers, sopts.delegates, [(v.id, v.sha256) for v in variants], _runtime_versions()]
         ).encode()
     ).hexdigest()[:24]
     store = cache / "selection.json"

@@ -15,14 +15,28 @@ Rules, applied to every variant (each rejection is a reason in the result):
    converter was forced) is skipped.
 
 The accepted ones are ranked by (precision position in the profile, backend
-position in the profile), with two corrections from latencies the converter
-measured on a machine of this profile (``variant.benchmarks``): when every
-accepted variant has one, the fastest wins; otherwise a variant measured
-slower than the reference is ranked after the reference (on Arm without dot
-product, int8 can be slower than fp32). When the best precision is offered by
-more than one backend, the tie is ``measurable``: :mod:`edge_sdk.model` times
-both on this device and records the result (``Selection.with_measurement``).
-A forced variant skips the ranking but not rules 1 and 3.
+position in the profile), then corrected by measurement, never by the graph
+rule alone:
+
+- *recorded*: latencies the converter measured on a machine that matches this one
+  (``variant.benchmarks``: the same profile and, for a generic profile, the same
+  CPU class: architecture plus the instructions that decide int8 and fp16 speed,
+  :func:`machine_class`; a board profile fixes its CPU, so the profile name is
+  enough). When every accepted variant has one, the fastest wins; otherwise a
+  variant measured slower than the reference is ranked after the reference
+  (int8 on an x86 core without VNNI, or an Arm core without dot product, can be
+  slower than fp32).
+- *timed here*: when the winner is a lower precision than another accepted
+  variant and has no recorded measurement for a matching machine, or when the
+  best precision is offered by more than one backend, the choice is
+  *unproven*: :attr:`Selection.to_time` names the candidates, and
+  :mod:`edge_sdk.model` times them once on this device (cached per device,
+  package and runtime) and keeps the fastest, preferring the more precise
+  variant unless the lighter one is faster by more than the noise margin
+  (``Selection.with_measurement``).
+
+Every candidate's reasons say which of the two decided. A forced variant skips
+the ranking but not rules 1 and 3.
 
 :func:`lighter_variants` answers the budget governor's question "what could this device run
 instead that costs less?" with the same rules 1-5 (see its docs for the ordering).
@@ -36,7 +50,7 @@ from typing import Mapping
 from .backends.base import BackendStatus
 from .errors import SelectionError
 from .package import Benchmark, Manifest, Variant
-from .profiles import DeviceProfile
+from .profiles import DeviceProfile, HardwareFacts
 
 MEMORY_FACTOR = 2.0
 SLOWER_MARGIN = 1.03  # measured over 3 % slower than the reference counts as slower (run-to-run noise is ~1-2 %)
@@ -74,6 +88,8 @@ class Selection:
         """The chosen variant's id."""
         return self.chosen.variant_id
 
+    unproven: tuple[str, ...] = ()  # ids of more precise accepted variants the chosen one has no matching measurement against
+
     @property
     def tied(self) -> tuple[Candidate, ...]:
         """Accepted candidates with the chosen one's precision on other backends."""
@@ -81,8 +97,20 @@ class Selection:
             return ()
         return tuple(c for c in self.candidates if c.accepted and c.rank[:-1] == self.chosen.rank[:-1] and c.backend != self.chosen.backend)
 
+    @property
+    def to_time(self) -> tuple[Candidate, ...]:
+        """The candidates besides the chosen one that :mod:`edge_sdk.model` times on this device before
+        it trusts the choice: the tied backends, and the more precise variants the chosen one was
+        never measured against on a matching machine (``unproven``). Empty when the choice is proven."""
+        if self.forced or self.measured:
+            return ()
+        ids = {c.variant_id for c in self.tied} | set(self.unproven)
+        return tuple(c for c in self.candidates if c.variant_id in ids)
+
     def with_measurement(self, timings_ms: Mapping[str, float], how: str) -> "Selection":
-        """Re-decide among the tied candidates by measured median latency (ms per call)."""
+        """Re-decide among the timed candidates by measured median latency (ms per call): the fastest
+        wins, except that a more precise candidate within the noise margin (``SLOWER_MARGIN``) of it
+        wins instead (a lighter variant must be measurably faster to be worth its quality loss)."""
         cands = []
         for c in self.candidates:
             if c.variant_id in timings_ms:
@@ -90,8 +118,18 @@ class Selection:
                 c = replace(c, measured_ms=ms, reasons=c.reasons + (f"measured {ms:.3f} ms median ({how})",))
             cands.append(c)
         timed = [c for c in cands if c.measured_ms is not None]
-        best = min(timed, key=lambda c: (c.measured_ms, c.rank))
-        cands = [replace(c, reasons=c.reasons + ("fastest of the tied backends on this device",)) if c is best else c for c in cands]
+        fastest = min(timed, key=lambda c: (c.measured_ms, c.rank))
+        assert fastest.measured_ms is not None
+        close = [c for c in timed if c.measured_ms is not None and c.measured_ms <= fastest.measured_ms * SLOWER_MARGIN]
+        best = min(close, key=lambda c: (-PRECISION_BITS.get(c.precision, 0), c.measured_ms, c.rank))
+        if best is fastest:
+            why = "fastest of the candidates timed on this device"
+        else:
+            why = (
+                f"within {SLOWER_MARGIN - 1:.0%} of the fastest ({fastest.variant_id}, {fastest.measured_ms:.3f} ms) and more precise: "
+                "a lighter variant must be measurably faster to be chosen"
+            )
+        cands = [replace(c, reasons=c.reasons + (why,)) if c is best else c for c in cands]
         chosen = next(c for c in cands if c.variant_id == best.variant_id)
         return replace(self, chosen=chosen, candidates=tuple(cands), measured=True)
 
@@ -112,6 +150,7 @@ class Selection:
             "chosen": self.chosen.variant_id,
             "forced": self.forced,
             "measured": self.measured,
+            "unproven": list(self.unproven),
             "memory_budget_mb": self.memory_budget_mb,
             "candidates": [
                 {
@@ -125,6 +164,48 @@ class Selection:
                 for c in self.candidates
             ],
         }
+
+
+#: The CPU instructions that decide how fast int8 and fp16 kernels run (ONNX Runtime's MLAS picks its
+#: int8 GEMM by them: AVX-512 VNNI / AVX-VNNI / AMX on x86, SDOT (``asimddp``) / I8MM on Arm; fp16
+#: arithmetic needs ``fphp``/``asimdhp``). Two machines with the same architecture and the same set of
+#: these run a package's variants in the same order of speed.
+SPEED_FEATURES = ("amx_int8", "avx512_vnni", "avx_vnni", "avx512f", "avx2", "asimddp", "i8mm", "fphp", "asimdhp")
+
+
+def describe_machine(facts: HardwareFacts) -> str:
+    """``"<arch> <cpu model> x<cores> (<speed features>)"``: what the converter records with each
+    benchmark (``Benchmark.machine``) and what :func:`machine_class` reads back."""
+    feats = [x for x in SPEED_FEATURES if x in facts.cpu_features]
+    return f"{facts.machine or 'unknown'} {facts.cpu_model or 'unknown CPU'} x{facts.cpu_count or '?'}" + (f" ({', '.join(feats)})" if feats else "")
+
+
+def machine_class(description: str) -> tuple[str, frozenset[str]] | None:
+    """(architecture, speed features) of a :func:`describe_machine` string; None for an empty one.
+    Features outside :data:`SPEED_FEATURES` are ignored (older packages recorded a shorter list: only
+    the features both sides could have recorded are compared, see :func:`same_machine_class`)."""
+    text = description.strip()
+    if not text:
+        return None
+    arch = text.split()[0]
+    feats: frozenset[str] = frozenset()
+    if text.endswith(")") and "(" in text:
+        feats = frozenset(f.strip() for f in text[text.rindex("(") + 1 : -1].split(",") if f.strip() in SPEED_FEATURES)
+    return arch, feats
+
+
+#: The features the converter recorded before :data:`SPEED_FEATURES` (packages made by 0.x releases).
+_OLD_RECORDED = frozenset(("avx512_vnni", "avx_vnni", "avx2", "asimddp", "fphp", "i8mm"))
+
+
+def same_machine_class(recorded: str, here: str) -> bool:
+    """True when a benchmark recorded on ``recorded`` speaks for ``here``: same architecture and the same
+    speed features (compared over the features the recorded string could have listed)."""
+    a, b = machine_class(recorded), machine_class(here)
+    if a is None or b is None or a[0] != b[0]:
+        return False
+    known = SPEED_FEATURES if a[1] - _OLD_RECORDED else _OLD_RECORDED
+    return a[1] == b[1] & frozenset(known)
 
 
 def declared_io_bytes(manifest: Manifest, v: Variant) -> tuple[int, str]:
@@ -231,25 +312,37 @@ def _judge(
     return Candidate(v.id, v.backend, v.precision, ok, tuple(reasons), (p_rank, b_rank))
 
 
-def _measured(v: Variant, profile: str) -> Benchmark | None:
-    """The batch-1 benchmark of ``v`` on ``profile`` with the most threads."""
-    bs = [b for b in v.benchmarks if b.profile == profile and b.batch == 1]
+def _measured(v: Variant, profile: DeviceProfile, machine: str | None) -> Benchmark | None:
+    """The batch-1 benchmark of ``v`` that speaks for this machine, with the most threads: one recorded on
+    ``profile`` and, when ``machine`` (this machine's :func:`describe_machine`) is given, on the same
+    CPU class; a benchmark without a machine counts only for a board profile (a board fixes its CPU;
+    ``generic-x86_64`` spans CPUs with and without VNNI)."""
+    bs = [
+        b
+        for b in v.benchmarks
+        if b.profile == profile.name
+        and b.batch == 1
+        and (machine is None or (same_machine_class(b.machine, machine) if b.machine else not profile.generic))
+    ]
     return max(bs, key=lambda b: b.threads) if bs else None
 
 
-def _apply_benchmarks(manifest: Manifest, profile: str, cands: tuple[Candidate, ...]) -> tuple[Candidate, ...]:
+def _apply_benchmarks(manifest: Manifest, profile: DeviceProfile, cands: tuple[Candidate, ...], machine: str | None) -> tuple[Candidate, ...]:
     by_id = {v.id: v for v in manifest.variants}
     ok = [c for c in cands if c.accepted]
-    meas = {c.variant_id: _measured(by_id[c.variant_id], profile) for c in ok}
+    meas = {c.variant_id: _measured(by_id[c.variant_id], profile, machine) for c in ok}
     if len(ok) > 1 and all(m is not None for m in meas.values()):
+        fastest = min(m.latency_ms for m in meas.values() if m is not None)
         out = []
         for c in cands:
             m = meas.get(c.variant_id)
             if m is not None:
+                # Within the noise margin of the fastest counts as the fastest: the more precise one wins then.
+                close = m.latency_ms <= fastest * SLOWER_MARGIN
                 c = replace(
                     c,
-                    rank=(m.latency_ms, *c.rank),
-                    reasons=c.reasons + (f"measured {m.latency_ms:.3f} ms at batch 1 on {profile} when packaged",),
+                    rank=(fastest if close else m.latency_ms, -PRECISION_BITS.get(c.precision, 0) if close else 0, *c.rank),
+                    reasons=c.reasons + (f"measured {m.latency_ms:.3f} ms at batch 1 on {profile.name} when packaged ({m.machine or 'this board'})",),
                 )
             out.append(c)
         return tuple(out)
@@ -270,7 +363,8 @@ def _apply_benchmarks(manifest: Manifest, profile: str, cands: tuple[Candidate, 
                 rank=((ref_rank[0] if ref_rank else c.rank[0]) + 0.5, c.rank[1]),
                 reasons=c.reasons
                 + (
-                    f"measured slower than the reference {ref.id} on {profile} ({m.latency_ms:.3f} vs {m.reference_latency_ms:.3f} ms): ranked after it",
+                    f"measured slower than the reference {ref.id} on {profile.name} when packaged ({m.latency_ms:.3f} vs "
+                    f"{m.reference_latency_ms:.3f} ms, {m.machine or 'this board'}): ranked after it",
                 ),
             )
         out.append(c)
@@ -285,13 +379,18 @@ def select_variant(
     memory_budget_mb: float | None = None,
     variant: str | None = None,
     min_cosine: float | None = None,
+    machine: str | None = None,
 ) -> Selection:
     """Judge every variant and choose one. Raises SelectionError when none fits
     (the message lists each variant and why it lost) or ``variant`` is unknown
-    or cannot run here."""
+    or cannot run here.
+
+    ``machine``: this machine's :func:`describe_machine`; recorded benchmarks then count only when made
+    on the same CPU class (see the module's docs), and a lighter winner without one is ``unproven``
+    (:attr:`Selection.to_time`). None: benchmarks count by profile alone and nothing is unproven."""
     cands = tuple(_judge(v, profile, backends, memory_budget_mb, min_cosine, declared_io_bytes(manifest, v)) for v in manifest.variants)
     if variant is None:
-        cands = _apply_benchmarks(manifest, profile.name, cands)
+        cands = _apply_benchmarks(manifest, profile, cands, machine)
     if variant is not None:
         ids = [c.variant_id for c in cands]
         if variant not in ids:
@@ -308,9 +407,21 @@ def select_variant(
         detail = "; ".join(f"{c.variant_id}: {', '.join(r for r in c.reasons)}" for c in cands)
         raise SelectionError(f"no variant of {manifest.name} suits profile {profile.name}: {detail}")
     best = min(ok, key=lambda c: (c.rank, c.variant_id))
-    best = replace(best, reasons=best.reasons + ("best rank (precision, backend) among accepted variants",))
+    unproven: tuple[str, ...] = ()
+    if machine is not None and _measured(manifest.variant(best.variant_id), profile, machine) is None:
+        # A lighter winner by the profile's rule alone: time it against the best of each more precise precision.
+        bits = PRECISION_BITS.get(best.precision, 0)
+        firsts: dict[str, Candidate] = {}
+        for c in sorted(ok, key=lambda c: (c.rank, c.variant_id)):
+            if PRECISION_BITS.get(c.precision, 0) > bits:
+                firsts.setdefault(c.precision, c)
+        unproven = tuple(c.variant_id for c in firsts.values())
+    why = "best rank (precision, backend) among accepted variants"
+    if unproven:
+        why += f"; not measured on this CPU class: timed against {', '.join(unproven)} on this device before it is trusted"
+    best = replace(best, reasons=best.reasons + (why,))
     cands = tuple(best if c.variant_id == best.variant_id else c for c in cands)
-    return Selection(best, cands, profile.name, memory_budget_mb=memory_budget_mb)
+    return Selection(best, cands, profile.name, memory_budget_mb=memory_budget_mb, unproven=unproven)
 
 
 def lighter_variants(
@@ -321,6 +432,7 @@ def lighter_variants(
     *,
     memory_budget_mb: float | None = None,
     min_cosine: float | None = None,
+    machine: str | None = None,
 ) -> list[str]:
     """The ids of the variants that cost less than ``current_variant_id`` on ``profile``,
     mildest step first and the lightest last (the last resort): e.g. from fp32, fp16 (when the
@@ -343,6 +455,8 @@ def lighter_variants(
       then the smaller file (``size_bytes``). A variant with the same precision on another
       backend is an alternative, not a lighter one.
 
+    ``machine``: as for :func:`select_variant` (benchmarks from another CPU class do not count).
+
     Raises SelectionError when ``current_variant_id`` is not in the package.
     """
     by_id = {v.id: v for v in manifest.variants}
@@ -362,8 +476,8 @@ def lighter_variants(
         )
         if c.accepted
     ]
-    meas = {c.variant_id: _measured(by_id[c.variant_id], profile.name) for c in ok}
-    cur_m = _measured(current, profile.name)
+    meas = {c.variant_id: _measured(by_id[c.variant_id], profile, machine) for c in ok}
+    cur_m = _measured(current, profile, machine)
     if cur_m is not None and ok and all(m is not None for m in meas.values()):
         lat = {k: m.latency_ms for k, m in meas.items() if m is not None}
         lighter = [c for c in ok if lat[c.variant_id] * SLOWER_MARGIN < cur_m.latency_ms]

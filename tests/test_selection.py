@@ -167,3 +167,105 @@ def test_gate_and_benchmark_manifest_fields_round_trip() -> None:
     d["variants"][0]["gate"] = {"passed": True, "thresholds": {"speed": 1.0}}
     with pytest.raises(errors.ManifestError, match="not a quality figure"):
         Manifest.from_dict(d)
+
+
+# -- selection by measurement: recorded on a matching machine, or timed here ----------------------
+
+VNNI = "x86_64 Intel Xeon x2 (avx512_vnni, avx512f, avx2)"
+AVX2 = "x86_64 AMD EPYC x2 (avx2)"
+
+
+def _two() -> Manifest:
+    m = manifest(("fp32-onnx", "onnxruntime", "fp32", 4_000_000, None), ("int8-onnx", "onnxruntime", "int8", 1_000_000, 0.999))
+    return _with(m, "fp32-onnx", reference=True)
+
+
+def test_machine_class_reads_what_describe_machine_writes() -> None:
+    from edge_sdk.profiles import HardwareFacts
+    from edge_sdk.selection import describe_machine, machine_class, same_machine_class
+
+    f = HardwareFacts(machine="x86_64", cpu_model="Xeon", cpu_count=2, cpu_features=frozenset({"avx2", "avx512_vnni", "sse4_2"}))
+    d = describe_machine(f)
+    assert machine_class(d) == ("x86_64", frozenset({"avx2", "avx512_vnni"}))
+    assert same_machine_class(d, d) and not same_machine_class(d, AVX2)
+    assert not same_machine_class(d, d.replace("x86_64", "aarch64", 1)) and machine_class("") is None
+    # a string from an older converter that listed fewer features is compared on those it could list
+    assert same_machine_class("x86_64 Xeon x4 (avx512_vnni, avx2)", "x86_64 Xeon x2 (amx_int8, avx512_vnni, avx512f, avx2)")
+
+
+def test_lighter_winner_without_a_matching_measurement_is_unproven() -> None:
+    p = load_profile("generic-x86_64")
+    sel = select_variant(_two(), p, {"onnxruntime": ORT}, machine=VNNI)
+    assert sel.variant_id == "int8-onnx" and sel.unproven == ("fp32-onnx",)
+    assert [c.variant_id for c in sel.to_time] == ["fp32-onnx"]
+    assert "timed against fp32-onnx on this device" in sel.explain()
+    # without a machine (the old call) nothing is unproven
+    assert select_variant(_two(), p, {"onnxruntime": ORT}).to_time == ()
+
+
+def test_recorded_benchmark_counts_only_on_the_same_cpu_class() -> None:
+    from edge_sdk.package import Benchmark
+
+    p = load_profile("generic-x86_64")
+    # int8 measured slower than fp32 on an AVX2-only machine (no VNNI: no fast int8 dot product)
+    m = _with(_two(), "int8-onnx", benchmarks=(Benchmark("generic-x86_64", 6.0, 2, 1, 5.0, AVX2),))
+    on_avx2 = select_variant(m, p, {"onnxruntime": ORT}, machine=AVX2)
+    assert on_avx2.variant_id == "fp32-onnx" and on_avx2.to_time == ()
+    assert any("when packaged" in r and AVX2 in r for r in next(c for c in on_avx2.candidates if c.variant_id == "int8-onnx").reasons)
+    # the same package on a VNNI machine: the AVX2 figure does not speak for it, so int8 must be timed here
+    on_vnni = select_variant(m, p, {"onnxruntime": ORT}, machine=VNNI)
+    assert on_vnni.variant_id == "int8-onnx" and on_vnni.unproven == ("fp32-onnx",)
+    # a benchmark without a machine counts for a board profile (the board fixes its CPU), not for a generic one
+    m2 = _with(_two(), "int8-onnx", benchmarks=(Benchmark("raspberry-pi-4", 12.0, 4, 1, 9.0),))
+    assert select_variant(m2, load_profile("raspberry-pi-4"), {"onnxruntime": ORT}, machine="aarch64 Cortex-A72 x4").variant_id == "fp32-onnx"
+    m3 = _with(_two(), "int8-onnx", benchmarks=(Benchmark("generic-x86_64", 12.0, 4, 1, 9.0),))
+    assert select_variant(m3, p, {"onnxruntime": ORT}, machine=VNNI).unproven == ("fp32-onnx",)
+
+
+def test_measurement_prefers_the_more_precise_within_the_noise_margin() -> None:
+    p = load_profile("generic-x86_64")
+    sel = select_variant(_two(), p, {"onnxruntime": ORT}, machine=VNNI)
+    close = sel.with_measurement({"int8-onnx": 1.00, "fp32-onnx": 1.02}, "test")
+    assert close.variant_id == "fp32-onnx" and close.measured and close.to_time == ()
+    assert any("more precise" in r for r in close.chosen.reasons)
+    faster = sel.with_measurement({"int8-onnx": 0.50, "fp32-onnx": 1.00}, "test")
+    assert faster.variant_id == "int8-onnx" and any("fastest" in r for r in faster.chosen.reasons)
+    slower = sel.with_measurement({"int8-onnx": 1.30, "fp32-onnx": 1.00}, "test")
+    assert slower.variant_id == "fp32-onnx"
+
+
+def test_recorded_benchmarks_for_all_prefer_the_more_precise_within_the_margin() -> None:
+    from edge_sdk.package import Benchmark
+
+    m = _with(_two(), "fp32-onnx", benchmarks=(Benchmark("generic-x86_64", 5.0, 2, 1, None, VNNI),))
+    m = _with(m, "int8-onnx", benchmarks=(Benchmark("generic-x86_64", 4.95, 2, 1, 5.0, VNNI),))
+    p = load_profile("generic-x86_64")
+    assert select_variant(m, p, {"onnxruntime": ORT}, machine=VNNI).variant_id == "fp32-onnx"
+    m = _with(m, "int8-onnx", benchmarks=(Benchmark("generic-x86_64", 3.0, 2, 1, 5.0, VNNI),))
+    assert select_variant(m, p, {"onnxruntime": ORT}, machine=VNNI).variant_id == "int8-onnx"
+
+
+def test_load_times_an_unproven_choice_once_and_caches_it(tmp_path) -> None:
+    """The demo package records no benchmark: loading it times int8 against fp32 on this machine, keeps
+    what the rule says for the measured figures, and the next load reuses the cached measurement."""
+    import json
+
+    import edge_sdk
+    from edge_sdk.assets import demo_package_path
+    from edge_sdk.selection import SLOWER_MARGIN
+
+    with edge_sdk.load(demo_package_path(), "generic-x86_64", cache_dir=tmp_path) as m:
+        sel = m.selection
+    assert sel.measured
+    timed = {c.variant_id: c.measured_ms for c in sel.candidates if c.measured_ms is not None}
+    assert set(timed) == {"int8-onnx", "fp32-onnx"}
+    want = "int8-onnx" if timed["int8-onnx"] * SLOWER_MARGIN < timed["fp32-onnx"] else "fp32-onnx"
+    assert sel.variant_id == want, sel.explain()
+    assert "on this device" in sel.explain()
+    stored = json.loads((tmp_path / "selection.json").read_text())
+    assert list(stored.values()) == [timed]
+    with edge_sdk.load(demo_package_path(), "generic-x86_64", cache_dir=tmp_path) as again:
+        assert again.selection.variant_id == want and "cached measurement on this device" in again.selection.explain()
+    with edge_sdk.load(demo_package_path(), "generic-x86_64", cache_dir=tmp_path / "b", measure_backends=False) as plain:
+        assert plain.selection.variant_id == "int8-onnx" and not plain.selection.measured
+        assert "not timed here (measure_backends=False)" in plain.selection.explain()
