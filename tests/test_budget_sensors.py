@@ -426,7 +426,9 @@ def test_vcgencmd_failure_is_unknown_and_other_sensors_still_read(failure: BaseE
     clock = Clock()
     reader = reader_for("raspberry-pi-5", "raspberry-pi-5", runner=runner, clock=clock)
     snap = reader.read()
-    assert snap.throttled is None and why in snap.unknown["vcgencmd get_throttled"]
+    assert why in snap.unknown["vcgencmd get_throttled"]
+    # the recorded Pi 5 tree has the kernel's rpi_volt chip (hwmon1, alarm 0): under-voltage is still known
+    assert snap.throttled is not None and snap.throttled.raw == 0 and "hwmon1/in0_lcrit_alarm" in snap.unknown["throttled"]
     assert why in snap.unknown["vcgencmd pmic_read_adc"]
     assert snap.board_power_w is None and "board_power" in snap.unknown
     assert snap.temp_c == 52.35 and snap.cpu_freq_mhz == 2400.0  # sysfs sensors unaffected
@@ -475,7 +477,9 @@ def test_unparsable_vcgencmd_output_is_unknown(override: dict[str, str], key: st
     snap = reader_for("raspberry-pi-5", "raspberry-pi-5", runner=runner_for("raspberry-pi-5", **override)).read()
     assert "unparsable output" in snap.unknown[key]
     if key.endswith("get_throttled"):
-        assert snap.throttled is None and snap.board_power_w == pytest.approx(PI5_TOTAL_W)
+        # the word is not read; the rpi_volt hwmon alarm of the recorded tree still gives the under-voltage bits
+        assert snap.throttled is not None and snap.throttled.raw == 0 and "under-voltage only" in snap.unknown["throttled"]
+        assert snap.board_power_w == pytest.approx(PI5_TOTAL_W)
     else:
         assert snap.rails == () and snap.board_power_w is None and snap.throttled is not None
 
@@ -720,3 +724,56 @@ def test_this_machine_does_not_raise() -> None:
         assert 0.0 <= second.cpu_util_pct <= 100.0
     json.dumps(second.to_dict())
     json.dumps(reader.describe())
+
+
+# --------------------------------------------------------------------------- rpi_volt hwmon (no vcgencmd)
+
+
+def _add_rpi_volt(root: Path, alarm: str, *, index: int = 3) -> Path:
+    """The chip raspberrypi-hwmon.c registers: hwmon<N>/name 'rpi_volt' and in0_lcrit_alarm (0 or 1)."""
+    chip = root / "sys" / "class" / "hwmon" / f"hwmon{index}"
+    chip.mkdir(parents=True)
+    (chip / "name").write_text("rpi_volt\n")
+    (chip / "in0_lcrit_alarm").write_text(alarm)
+    return chip
+
+
+def test_rpi_volt_alarm_gives_under_voltage_without_vcgencmd(tmp_path: Path) -> None:
+    root = copy_fixture("raspberry-pi-4", tmp_path)
+    # another hwmon chip first: only the one named rpi_volt counts
+    other = root / "sys" / "class" / "hwmon" / "hwmon0"
+    other.mkdir(parents=True)
+    (other / "name").write_text("cpu_thermal\n")
+    (other / "in0_lcrit_alarm").write_text("1\n")
+    chip = _add_rpi_volt(root, "0\n")
+    missing = RecordedRunner({"vcgencmd get_throttled": FileNotFoundError("vcgencmd")})  # a container: no vcgencmd
+    reader = reader_for(root, "raspberry-pi-4", runner=missing)
+    snap = reader.read()
+    assert snap.throttled is not None and snap.throttled.raw == 0 and not snap.throttled.any_now
+    assert "vcgencmd get_throttled" in snap.unknown and "under-voltage only" in snap.unknown["throttled"]
+    assert reader.describe()["under_voltage_alarm"] == str(chip / "in0_lcrit_alarm")
+    (chip / "in0_lcrit_alarm").write_text("1\n")  # the firmware saw under-voltage in the driver's last 2 s poll
+    snap = reader.read()
+    assert snap.throttled is not None and snap.throttled.under_voltage_now and snap.throttled.under_voltage_since_boot
+    assert not snap.throttled.throttled_now and snap.throttled.any_now
+    # the governor takes it as firmware throttling (CRITICAL evidence), as it does vcgencmd's flags
+    assert snap.throttled.raw == 0x10001
+
+
+def test_rpi_volt_alarm_is_read_with_vcgencmd_off_and_never_overrides_it(tmp_path: Path) -> None:
+    root = copy_fixture("raspberry-pi-4", tmp_path)
+    _add_rpi_volt(root, "1\n")
+    snap = reader_for(root, None, runner=RecordedRunner({})).read()  # no profile: vcgencmd never runs
+    assert snap.throttled is not None and snap.throttled.under_voltage_now
+    # where vcgencmd works, its full word is used and the hwmon file is not consulted
+    snap = reader_for(root, "raspberry-pi-4", runner=runner_for("raspberry-pi-4", **{"vcgencmd get_throttled": "throttled=0x0\n"})).read()
+    assert snap.throttled is not None and snap.throttled.raw == 0 and "throttled" not in snap.unknown
+
+
+@pytest.mark.parametrize(("content", "why"), [("2\n", "expected 0 or 1, got 2"), ("", "empty"), ("x\n", "not a number: 'x'")])
+def test_rpi_volt_alarm_bad_content_is_unknown_not_a_flag(tmp_path: Path, content: str, why: str) -> None:
+    root = copy_fixture("raspberry-pi-4", tmp_path)
+    chip = _add_rpi_volt(root, content)
+    snap = reader_for(root, None, runner=RecordedRunner({})).read()
+    assert snap.throttled is None
+    assert snap.unknown["throttled"] == f"rpi_volt hwmon: {chip / 'in0_lcrit_alarm'}: {why}"

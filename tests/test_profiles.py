@@ -39,13 +39,27 @@ from edge_sdk.profiles import profile as profile_module
 FIXTURES = Path(__file__).parent / "fixtures" / "devices"
 GPU_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
 REQUIRED = {
+    "raspberry-pi-3",
+    "raspberry-pi-zero-2-w",
     "raspberry-pi-4",
+    "raspberry-pi-400",
+    "raspberry-pi-cm4",
     "raspberry-pi-5",
+    "raspberry-pi-500",
+    "raspberry-pi-cm5",
     "jetson-nano",
     "jetson-orin-nano",
+    "jetson-orin-nx-8gb",
+    "jetson-orin-nx-16gb",
     "jetson-agx-orin",
     "generic-x86_64",
     "generic-aarch64",
+}
+#: Where a board's own figures must come from: its vendor's documentation (generic profiles: the kernel's).
+VENDOR_HOSTS = {
+    "raspberry-pi": ("www.raspberrypi.com", "datasheets.raspberrypi.com"),
+    "jetson": ("docs.nvidia.com", "developer.nvidia.com"),
+    "generic": ("www.kernel.org", "docs.kernel.org"),
 }
 
 
@@ -81,11 +95,28 @@ def test_bundled_profile_loads_and_validates(name: str) -> None:
     json.dumps(profile.to_dict())
 
 
+@pytest.mark.parametrize("name", sorted(REQUIRED))
+def test_every_profile_cites_vendor_urls(name: str) -> None:
+    """Every profile has a ``sources`` list, and at least one entry is a URL of the vendor's own documentation."""
+    profile = load_profile(name)
+    urls = [m.group(0) for s in profile.sources for m in re.finditer(r"https://[^\s)]+", s)]
+    hosts = next(v for k, v in VENDOR_HOSTS.items() if name.startswith(k))
+    assert any(u.split("/")[2] in hosts for u in urls), f"{name}: no source URL on {hosts}: {urls}"
+
+
 @pytest.mark.parametrize(
     ("name", "has_fp16", "providers", "sensor", "camera"),
     [
-        # Cortex-A72: no fp16 arithmetic; CPU only; voltages only; picamera2
+        # Cortex-A53 (Pi 3, Zero 2 W) and A72 (Pi 4 family): no fp16 arithmetic; CPU only; voltages only
+        ("raspberry-pi-3", False, ("CPUExecutionProvider",), "pi-volts", "picamera2://0"),
+        ("raspberry-pi-zero-2-w", False, ("CPUExecutionProvider",), "pi-volts", "picamera2://0"),
         ("raspberry-pi-4", False, ("CPUExecutionProvider",), "pi-volts", "picamera2://0"),
+        ("raspberry-pi-400", False, ("CPUExecutionProvider",), "pi-volts", "v4l2:///dev/video0"),  # no CSI connector
+        ("raspberry-pi-cm4", False, ("CPUExecutionProvider",), "pi-volts", "picamera2://0"),
+        ("raspberry-pi-500", True, ("CPUExecutionProvider",), "pi5-pmic", "v4l2:///dev/video0"),  # no CSI connector
+        ("raspberry-pi-cm5", True, ("CPUExecutionProvider",), "pi5-pmic", "picamera2://0"),
+        ("jetson-orin-nx-8gb", True, GPU_PROVIDERS, "ina3221", "csi://0"),
+        ("jetson-orin-nx-16gb", True, GPU_PROVIDERS, "ina3221", "csi://0"),
         # Cortex-A76: fphp/asimdhp; PMIC ADC gives current too
         ("raspberry-pi-5", True, ("CPUExecutionProvider",), "pi5-pmic", "picamera2://0"),
         # Maxwell GPU fp16 through TensorRT/CUDA
@@ -116,12 +147,34 @@ def test_bundled_profile_hardware_choices(
         ("jetson-nano", 97.0, 10.0),  # L4T DTB CPU-therm cpu_throttle; MaxN 10 W
         ("jetson-orin-nano", 99.0, 15.0),  # T234 sw-throttle; 15 W mode (pre-Super)
         ("jetson-agx-orin", 99.0, 60.0),  # T234 sw-throttle; 64 GB module max
+        ("jetson-orin-nx-16gb", 99.0, 25.0),  # T234 sw-throttle; 10/15/25 W + MAXN
+        ("jetson-orin-nx-8gb", 99.0, 20.0),  # T234 sw-throttle; 10/15/20 W
+        ("raspberry-pi-3", 60.0, 12.5),  # 3B+ soft limit 60 C (temp_soft_limit); 5.1 V 2.5 A
+        ("raspberry-pi-zero-2-w", 80.0, 12.5),  # 80 C progressive throttle; 5 V 2.5 A
+        ("raspberry-pi-400", 80.0, 15.0),  # 5 V 3 A USB-C
+        ("raspberry-pi-500", 80.0, 25.0),  # 5 V 5 A USB-C PD
+        ("raspberry-pi-cm4", 80.0, 0.0),  # the carrier's supply: unknown
+        ("raspberry-pi-cm5", 80.0, 0.0),
     ],
 )
 def test_vendor_numbers(name: str, vendor_throttle_c: float, budget_w: float) -> None:
     profile = load_profile(name)
     assert profile.thermal.vendor_throttle_c == vendor_throttle_c
     assert profile.power.budget_w == budget_w
+
+
+@pytest.mark.parametrize(
+    ("name", "threads", "cap_mb"),
+    [
+        ("jetson-orin-nx-16gb", 8, 8192),  # 8x Cortex-A78AE, 16 GB
+        ("jetson-orin-nx-8gb", 6, 4096),  # 6x Cortex-A78AE, 8 GB
+        ("raspberry-pi-3", 4, 512),  # 4x Cortex-A53, 1 GB
+        ("raspberry-pi-zero-2-w", 4, 256),  # 4x Cortex-A53, 512 MB
+    ],
+)
+def test_cores_and_memory(name: str, threads: int, cap_mb: int) -> None:
+    runtime = load_profile(name).runtime
+    assert (runtime.threads, runtime.memory_budget_mb) == (threads, cap_mb)
 
 
 # --------------------------------------------------------------------------- bad TOML files
@@ -176,14 +229,14 @@ PI5_TEXT = (Path(profiles_dir()) / "raspberry-pi-5.toml").read_text(encoding="ut
         # a whole table missing
         ('[camera]\ndefault_source = "picamera2://0"', "", "camera"),
         # a non-generic profile needs something to match on
-        ('device_tree_model = ["Raspberry Pi 5", "Raspberry Pi Compute Module 5"]', "device_tree_model = []", "match"),
+        ('device_tree_model = ["Raspberry Pi 5"]', "device_tree_model = []", "match"),
         # negative budget
         ("budget_w = 25.0", "budget_w = -1.0", "power.budget_w"),
     ],
 )
 def test_bad_profile_names_file_and_key(tmp_path: Path, old: str, new: str, key: str) -> None:
     text = PI5_TEXT
-    if old == 'device_tree_model = ["Raspberry Pi 5", "Raspberry Pi Compute Module 5"]':
+    if old == 'device_tree_model = ["Raspberry Pi 5"]':
         # empty every pattern list, not just one
         text = re.sub(r"device_tree_compatible = \[.*\]", "device_tree_compatible = []", text)
     assert old in text, f"test setup: {old!r} not found in the profile text"
@@ -385,8 +438,27 @@ DETECTION_ROWS = [
     ("raspberry-pi-5", None, "raspberry-pi-5", "detected",
      ["device-tree model 'Raspberry Pi 5 Model B Rev 1.0' contains 'Raspberry Pi 5'", "'brcm,bcm2712'"]),
     # CM4 with the device tree only under /sys/firmware/devicetree/base
-    ("raspberry-pi-cm4-sysfs-only", None, "raspberry-pi-4", "detected",
-     ["contains 'Raspberry Pi Compute Module 4'", "'raspberrypi,4-compute-module'"]),
+    ("raspberry-pi-cm4-sysfs-only", None, "raspberry-pi-cm4", "detected",
+     ["contains 'Raspberry Pi Compute Module 4'", "'raspberrypi,4-compute-module'", "more specific than raspberry-pi-4"]),
+    # the Pi models still sold that run a 64-bit OS: each has its own profile, not its SoC sibling's
+    ("raspberry-pi-3b-plus", None, "raspberry-pi-3", "detected",
+     ["'Raspberry Pi 3 Model B Plus Rev 1.3' contains 'Raspberry Pi 3 Model B'", "'raspberrypi,3-model-b-plus'"]),
+    ("raspberry-pi-3b", None, "raspberry-pi-3", "detected",
+     ["'Raspberry Pi 3 Model B Rev 1.2' contains 'Raspberry Pi 3 Model B'", "'raspberrypi,3-model-b'"]),
+    ("raspberry-pi-zero-2-w", None, "raspberry-pi-zero-2-w", "detected",
+     ["'Raspberry Pi Zero 2 W Rev 1.0' contains 'Raspberry Pi Zero 2'", "'raspberrypi,model-zero-2-w'"]),
+    ("raspberry-pi-400", None, "raspberry-pi-400", "detected",
+     ["'Raspberry Pi 400 Rev 1.0' contains 'Raspberry Pi 400'", "'raspberrypi,400'", "more specific than raspberry-pi-4"]),
+    ("raspberry-pi-500", None, "raspberry-pi-500", "detected",
+     ["'Raspberry Pi 500 Rev 1.0' contains 'Raspberry Pi 500'", "'raspberrypi,500'", "more specific than raspberry-pi-5"]),
+    ("raspberry-pi-cm5", None, "raspberry-pi-cm5", "detected",
+     ["'Raspberry Pi Compute Module 5 Rev 1.0' contains 'Raspberry Pi Compute Module 5'", "'raspberrypi,5-compute-module'",
+      "more specific than raspberry-pi-5"]),
+    # Orin NX: the module SKU in the compatible list decides (16 GB p3767-0000, 8 GB p3767-0001)
+    ("jetson-orin-nx-16gb", None, "jetson-orin-nx-16gb", "detected", ["device-tree compatible lists 'nvidia,p3767-0000'"]),
+    ("jetson-orin-nx-8gb", None, "jetson-orin-nx-8gb", "detected", ["device-tree compatible lists 'nvidia,p3767-0001'"]),
+    # an Orin Nano module on the shared p3768 carrier whose model string says "Orin NX": the module SKU wins
+    ("jetson-orin-nano-nx-model", None, "jetson-orin-nano", "detected", ["device-tree compatible lists 'nvidia,p3767-0003'"]),
     # Jetson Nano
     ("jetson-nano", None, "jetson-nano", "detected",
      ["device-tree model 'NVIDIA Jetson Nano Developer Kit' contains 'Jetson Nano'", "'nvidia,jetson-nano'"]),
@@ -409,7 +481,7 @@ DETECTION_ROWS = [
     ("jetson-release-only-r32", None, "jetson-nano", "detected", ["starts with 'R32'"]),
     # R36 is shared by all Orins: ambiguous, the smaller power budget is chosen and the reason says so
     ("jetson-release-only-r36", None, "jetson-orin-nano", "detected",
-     ["starts with 'R36'", "ambiguous: jetson-orin-nano, jetson-agx-orin", ENV_VAR]),
+     ["starts with 'R36'", "ambiguous: jetson-orin-nano, jetson-orin-nx-8gb, jetson-orin-nx-16gb, jetson-agx-orin", ENV_VAR]),
     # Xavier NX on R32: the device tree says it is not a Nano, so R32 does not count
     ("jetson-xavier-nx", None, "generic-aarch64", "fallback",
      ["no aarch64 profile matched", "'NVIDIA Jetson Xavier NX Developer Kit'", "using generic-aarch64"]),
@@ -520,6 +592,10 @@ def test_effective_memory_budget(cap_mb: int, fraction: float, mem_total_mb: int
         ("raspberry-pi-5", 4026),  # min(4096, 0.5 * 8052)
         ("jetson-nano", 1536),  # min(1536, 0.4 * 3964 = 1585)
         ("jetson-agx-orin", 16384),  # min(16384, 0.5 * 62827)
+        ("jetson-orin-nx-16gb", 7808),  # min(8192, 0.5 * 15617)
+        ("jetson-orin-nx-8gb", 3809),  # min(4096, 0.5 * 7619)
+        ("raspberry-pi-3b-plus", 449),  # min(512, 0.5 * 898)
+        ("raspberry-pi-zero-2-w", 214),  # min(256, 0.5 * 428)
         ("x86-64-avx512-vnni", 7960),  # min(8192, 0.5 * 15921)
     ],
 )

@@ -98,13 +98,17 @@ class SessionInfo:
 @dataclass(frozen=True)
 class BackendStatus:
     """Whether a backend can run here: its runtime package and version, or (``available`` false) why not in ``detail``;
-    ``providers``: the execution providers the runtime offers."""
+    ``providers``: the execution providers the runtime offers; ``build``: the installed distribution that provides the
+    runtime module (``onnxruntime``, ``onnxruntime-gpu``, ``onnxruntime-openvino``, ..., ``ai-edge-litert``,
+    ``tflite-runtime``); ``notes``: warnings about the install (two ONNX Runtime builds overwriting each other)."""
     name: str
     available: bool
     runtime: str = ""
     version: str = ""
     detail: str = ""
     providers: tuple[str, ...] = field(default_factory=tuple)
+    build: str = ""
+    notes: tuple[str, ...] = field(default_factory=tuple)
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,8 @@ def status() -> BackendStatus:
         _, runtime, version = _litert()
     except BackendUnavailableError as e:
         return BackendStatus(NAME, False, "", "", str(e))
-    return BackendStatus(NAME, True, runtime, version)
+    # ai_edge_litert and tflite_runtime are different modules: both can be installed without clashing; the first wins.
+    return BackendStatus(NAME, True, runtime, version, build=runtime)
 
 
 def _quant(detail: Mapping[str, Any]) -> tuple[float, int] | None:

@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .._deps import ORT_INSTALL, onnxruntime_builds
 from ..errors import BackendUnavailableError, SessionError
 from .base import BackendStatus, ModelSource, Session, SessionInfo, SessionOptions, TensorInfo
 
@@ -46,18 +47,40 @@ _COMPILING_EPS = frozenset(
 def _ort() -> Any:
     try:
         import onnxruntime
-    except ImportError as e:  # pragma: no cover - base dependency
-        raise BackendUnavailableError("onnxruntime is not installed: pip install onnxruntime (or onnxruntime-gpu on CUDA/Jetson)") from e
+    except ImportError as e:  # no build installed: the runtime flavour is an extra (docs/install.md)
+        raise BackendUnavailableError(f"onnxruntime is not installed ({e}); {ORT_INSTALL}") from e
     return onnxruntime
 
 
+# The execution provider only one build has -> that build (onnxruntime.ai/docs/execution-providers/).
+_PROVIDER_BUILDS = {
+    "CUDAExecutionProvider": "onnxruntime-gpu",
+    "TensorrtExecutionProvider": "onnxruntime-gpu",
+    "OpenVINOExecutionProvider": "onnxruntime-openvino",
+    "QNNExecutionProvider": "onnxruntime-qnn",
+    "DmlExecutionProvider": "onnxruntime-directml",
+}
+
+
 def status() -> BackendStatus:
-    """Whether ONNX Runtime is importable, its version and its available execution providers."""
+    """Whether ONNX Runtime is importable, its version, its available execution providers and which
+    build it is (``build``: ``onnxruntime``, ``onnxruntime-gpu``, ...; ``notes``: a warning when two
+    builds are installed, since they overwrite each other's files)."""
+    builds = onnxruntime_builds()
     try:
         ort = _ort()
     except BackendUnavailableError as e:
-        return BackendStatus(NAME, False, "onnxruntime", "", str(e))
-    return BackendStatus(NAME, True, "onnxruntime", ort.__version__, "", tuple(ort.get_available_providers()))
+        return BackendStatus(NAME, False, "onnxruntime", "", str(e), (), builds.active or "", builds.warnings)
+    providers = tuple(ort.get_available_providers())
+    build, notes = builds.active, builds.warnings
+    if build is None:
+        # Undecided from the metadata (or no metadata at all): the imported module says what it was built with.
+        build = next((b for p, b in _PROVIDER_BUILDS.items() if p in providers), None)
+        if build is None and str(ort.get_device()).upper() == "CPU":
+            build = "onnxruntime"
+        if build is not None:
+            notes += (f"build {build} told from the imported module (get_device() {ort.get_device()!r}, providers {list(providers)})",)
+    return BackendStatus(NAME, True, "onnxruntime", ort.__version__, "", providers, build or "unknown", notes)
 
 
 def choose_providers(wanted: tuple[str, ...], available: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -239,23 +239,41 @@ def watch(
 ) -> int:
     """The monitor loop: ``count`` samples (0: until interrupted) every ``interval_s`` seconds, written to ``out``
     (default stdout). ``reader``: a ready ``read()`` (tests); otherwise a SensorReader for ``profile`` under ``root``.
-    Raises ``ValueError`` for ``interval_s <= 0`` or ``count < 0``; returns 0."""
+    Raises ``OptionsError`` (a ValueError) for ``interval_s <= 0``, ``count < 0`` or a ``url`` that is not http(s);
+    ``ConnectionError`` naming the URL when it cannot be scraped; returns 0."""
     out = out or sys.stdout
     if interval_s <= 0 or count < 0:
         raise OptionsError(f"expected --interval > 0 and --count >= 0, got {interval_s} and {count}")
     tty = not as_json and out.isatty()
     if url is not None:
+        import urllib.error
+        import urllib.parse
         import urllib.request
 
         from edge_sdk.telemetry import parse
 
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise OptionsError(f"--url: expected an http:// or https:// URL such as http://127.0.0.1:9100/metrics, got {url!r}")
         i = 0
         while count == 0 or i < count:
             if i:
                 sleep(interval_s)
             i += 1
-            with urllib.request.urlopen(url, timeout=max(2.0, interval_s)) as resp:  # noqa: S310 - the user's own endpoint
-                text, data = render_scrape(url, parse(resp.read().decode()))
+            try:
+                with urllib.request.urlopen(url, timeout=max(2.0, interval_s)) as resp:  # noqa: S310 - the user's own endpoint
+                    body = resp.read().decode("utf-8", errors="replace")
+            except urllib.error.HTTPError as e:
+                raise ConnectionError(f"--url {url}: HTTP {e.code} {e.reason}") from e
+            except urllib.error.URLError as e:
+                raise ConnectionError(f"--url {url}: cannot connect ({e.reason})") from e
+            except OSError as e:  # a timeout while reading, a reset
+                raise ConnectionError(f"--url {url}: {type(e).__name__}: {e}") from e
+            try:
+                samples = parse(body)
+            except ValueError as e:
+                raise ValueError(f"--url {url}: not a Prometheus text exposition: {e}") from e
+            text, data = render_scrape(url, samples)
             out.write(json.dumps(data) + "\n" if as_json else (_CLEAR if tty else "") + text + "\n\n")
             out.flush()
         return 0

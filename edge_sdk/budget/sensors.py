@@ -15,6 +15,8 @@ What is read (FACTS.md sections 3 and 4):
 * Raspberry Pi through ``vcgencmd``: ``get_throttled`` (:class:`ThrottledFlags`), ``measure_temp``
   (only when no zone is readable: it is the same SoC sensor), ``measure_volts core`` (Pi 4:
   voltage only) and ``pmic_read_adc`` (Pi 5: per-rail voltage and current).
+* Without ``vcgencmd`` (containers): the under-voltage flag from the kernel's ``rpi_volt`` hwmon
+  chip (``in0_lcrit_alarm``; see :data:`RPI_VOLT_HWMON`).
 * Jetson INA3221 power monitors, with rail names read at run time: the JetPack 5/6 hwmon layout
   (``in<K>_label``, ``in<K>_input`` mV, ``curr<K>_input`` mA) and the JetPack 4 iio layout
   (``rail_name_<K>``, ``in_power<K>_input`` mW, ``in_voltage<K>_input`` mV,
@@ -56,6 +58,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "BatterySource",
     "CommandRunner",
+    "RPI_VOLT_HWMON",
     "RecordedRunner",
     "SensorReader",
     "SensorUnavailable",
@@ -67,6 +70,7 @@ __all__ = [
     "parse_throttled",
     "psutil_battery",
     "read_ina3221",
+    "read_rpi_volt_alarm",
     "read_thermal_zones",
     "run_command",
 ]
@@ -333,6 +337,7 @@ class _Found:
     rapl: tuple[_Rapl, ...]
     cpufreq_files: tuple[str, ...]
     proc_stat: str | None
+    under_voltage_alarm: str | None = None  # the rpi_volt hwmon chip's in0_lcrit_alarm file
 
 
 def _discover_zones(root: Path) -> list[_Temp]:
@@ -441,6 +446,23 @@ def _discover_rapl(root: Path) -> list[_Rapl]:
 
 _NOTHING = _Found((), (), (), (), None)
 
+#: Raspberry Pi kernels register the firmware's under-voltage flag as a hwmon chip named ``rpi_volt``
+#: with one attribute, ``in0_lcrit_alarm`` (raspberrypi/linux drivers/hwmon/raspberrypi-hwmon.c:
+#: ``devm_hwmon_device_register_with_info(dev, "rpi_volt", ...)``, ``HWMON_I_LCRIT_ALARM``). Every 2 s
+#: the driver asks the firmware for its throttled word (RPI_FIRMWARE_GET_THROTTLED), clearing the sticky
+#: bits, and the alarm reads 1 when bit 16 (under-voltage occurred) was set in that window. It needs no
+#: ``vcgencmd`` and no /dev/vchiq, so it works in a container that sees /sys.
+RPI_VOLT_HWMON = "rpi_volt"
+
+
+def _discover_rpi_volt(root: Path) -> str | None:
+    for chip in _sorted_glob(root / "sys/class/hwmon", "hwmon*"):
+        name, _ = _read(str(chip / "name"))
+        alarm = chip / "in0_lcrit_alarm"
+        if (name or "").strip() == RPI_VOLT_HWMON and os.path.exists(alarm):
+            return str(alarm)
+    return None
+
 
 def _discover(root: Path) -> _Found:
     """Everything below ``root``; os.path tests (never raising) so odd permissions cannot break discovery."""
@@ -449,8 +471,25 @@ def _discover(root: Path) -> _Found:
     cpufreq = tuple(str(p) for p in _sorted_glob(root / "sys/devices/system/cpu", "cpu[0-9]*/cpufreq/scaling_cur_freq"))
     stat = root / "proc/stat"
     return _Found(
-        tuple(temps), tuple(_discover_ina3221(root)), tuple(_discover_rapl(root)), cpufreq, str(stat) if os.path.exists(stat) else None
+        tuple(temps),
+        tuple(_discover_ina3221(root)),
+        tuple(_discover_rapl(root)),
+        cpufreq,
+        str(stat) if os.path.exists(stat) else None,
+        _discover_rpi_volt(root),
     )
+
+
+def read_rpi_volt_alarm(path: str) -> tuple[ThrottledFlags | None, str | None]:
+    """The rpi_volt hwmon alarm at ``path`` as :class:`ThrottledFlags` with only the under-voltage bits
+    known (``1`` -> bits 0 and 16 set: under-voltage now and since boot; ``0`` -> no flag), or
+    ``(None, why)`` when the file cannot be read or holds something other than 0 or 1."""
+    value, why = _read_number(path)
+    if value is None:
+        return None, why
+    if value not in (0.0, 1.0):
+        return None, f"{path}: expected 0 or 1, got {value:g}"
+    return ThrottledFlags.from_int(0x10001 if value else 0), None
 
 
 def _read_temp(t: _Temp, unknown: dict[str, str]) -> TempReading:
@@ -694,6 +733,9 @@ class SensorReader:
                 )
                 temps += extra_temps
                 rails += extra_rails
+            if throttled is None and found.under_voltage_alarm is not None:
+                # no vcgencmd (a container, or turned off): the kernel's rpi_volt alarm still says under-voltage
+                throttled = self._guard("throttled", unknown, lambda: self._read_rpi_volt(found, unknown), None)
             temp_c = self._guard("temp_c", unknown, lambda: _watched(temps, self._zones(), unknown), None)
             profile_rails = self.profile.power.rails if self.profile is not None else ()
             board_w, board_source = self._guard(
@@ -731,6 +773,7 @@ class SensorReader:
             "cpufreq_files": len(found.cpufreq_files),
             "proc_stat": found.proc_stat,
             "vcgencmd": [" ".join(argv) for argv in self._vcgencmd_commands()],
+            "under_voltage_alarm": found.under_voltage_alarm,
             "battery": None if self._battery is None else getattr(self._battery, "__name__", type(self._battery).__name__),
             "watch": (
                 f"hottest of the profile zones {list(self._zones())}, else the hottest CPU/SoC-like sensor"
@@ -839,6 +882,16 @@ class SensorReader:
             except ValueError as e:
                 _put(unknown, key, f"unparsable output: {e}")
         return throttled, extra_temps, extra_rails
+
+    @staticmethod
+    def _read_rpi_volt(found: _Found, unknown: dict[str, str]) -> ThrottledFlags | None:
+        assert found.under_voltage_alarm is not None
+        flags, why = read_rpi_volt_alarm(found.under_voltage_alarm)
+        if flags is None:
+            _put(unknown, "throttled", f"rpi_volt hwmon: {why}")
+        else:
+            _put(unknown, "throttled", f"under-voltage only, from {found.under_voltage_alarm} (frequency-capped and throttled flags need vcgencmd)")
+        return flags
 
     def _read_rapl(self, found: _Found, now: float, unknown: dict[str, str]) -> list[tuple[_Rapl, RailReading]]:
         out = []

@@ -42,7 +42,7 @@ def _sampling_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     """The ``generate`` subcommand's arguments."""
-    p.add_argument("package")
+    p.add_argument("package", help="a text-generation package folder (or a .zip/.tar of one)")
     p.add_argument("--prompt", required=True, help="the prompt text ('-' reads it from stdin)")
     p.add_argument("--chat", action="store_true", help="send the prompt as one user message through the chat template")
     p.add_argument("--truncate", action="store_true", help="drop the prompt's oldest tokens if it does not fit the KV budget")
@@ -52,7 +52,7 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_chat_arguments(p: argparse.ArgumentParser) -> None:
     """The ``chat`` subcommand's arguments."""
-    p.add_argument("package")
+    p.add_argument("package", help="a text-generation package folder (or a .zip/.tar of one) with a chat template")
     p.add_argument("--system", help="a system message first")
     _sampling_arguments(p)
 
