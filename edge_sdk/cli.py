@@ -12,6 +12,7 @@
     edge-sdk bench PACKAGE [--variant V ...|--all-variants] [--scenario S ...] [--vs-raw] [--json F] [--plot F.png] ...
     edge-sdk bench --compare A.json B.json
     edge-sdk models list|install|activate|rollback|verify --store DIR [--json]
+    edge-sdk run PACKAGE --source SRC [--save OUT.mp4|DIR] [--show] [--jsonl FILE] [--max-fps N] [--max-frames N] [--conf T] ...
 
 Exit codes: 0 ok, 1 an edge_sdk error (message on stderr), 2 bad usage.
 """
@@ -26,6 +27,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ._version import __version__
 from .cli_args import add_common, add_load_arguments, load_kwargs
 from .errors import EdgeSDKError
 
@@ -38,16 +40,17 @@ def _percentiles(values: Sequence[float]) -> dict[str, float]:
 def build_parser() -> argparse.ArgumentParser:
     """The ``edge-sdk`` argument parser with every subcommand (also used to generate docs/reference.md)."""
     ap = argparse.ArgumentParser(prog="edge-sdk", description="Run ML models on edge devices.")
+    ap.add_argument("--version", action="version", version=f"edge-sdk {__version__}", help="print the edge-sdk version and exit")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("profile", help="the detected device profile and why, runtimes, providers, sensors")
     add_common(p)
     p = sub.add_parser("inspect", help="a package's manifest, variants, digests, and the selection with its reasons")
-    p.add_argument("package")
+    p.add_argument("package", help="package folder, or a .zip/.tar of one")
     add_common(p)
     p = sub.add_parser("predict", help="run a package on an image file or a .npy tensor")
-    p.add_argument("package")
+    p.add_argument("package", help="package folder, or a .zip/.tar of one")
     p.add_argument("input", help="image file (PNG/JPEG/...) or .npy array (or .npz with one array per input name)")
-    p.add_argument("--top-k", type=int)
+    p.add_argument("--top-k", type=int, help="classes to print per result (default: the manifest's decoder top_k)")
     p.add_argument("--repeat", type=int, default=1, help="run N times and report latency percentiles")
     add_common(p)
     add_load_arguments(p, result_cache=True)
@@ -80,6 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("models", help="a local model store: install (verified, health-gated), activate, roll back, verify")
     add_models_arguments(p)
+    from .pipelines.run_command import add_arguments as add_run_arguments
+
+    p = sub.add_parser("run", help="run a package on a camera, video, stream or image folder: annotated video, window, JSON lines")
+    add_run_arguments(p)
     return ap
 
 
@@ -90,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cmds = {
             "profile": cmd_profile, "inspect": cmd_inspect, "predict": cmd_predict, "demo": cmd_demo, "monitor": cmd_monitor, "serve": cmd_serve,
-            "models": cmd_models, "generate": cmd_generate, "chat": cmd_chat,
+            "models": cmd_models, "generate": cmd_generate, "chat": cmd_chat, "run": cmd_run,
         }  # fmt: skip
         if args.cmd == "bench":
             return cmd_bench(args, argv)
@@ -131,9 +138,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
     lines = [det.explain(), "", "runtimes:"]
     for n, s in backends.items():
         if s.available:
-            lines.append(f"  {n}: {s.runtime} {s.version}" + (f" providers={list(s.providers)}" if s.providers else ""))
+            build = f" (build {s.build})" if s.build and (s.build != s.runtime or n == "onnxruntime") else ""
+            lines.append(f"  {n}: {s.runtime} {s.version}{build}" + (f" providers={list(s.providers)}" if s.providers else ""))
         else:
             lines.append(f"  {n}: not available ({s.detail})")
+        lines += [f"    warning: {note}" for note in s.notes]
     rt = det.profile.runtime
     lines.append(f"profile wants: precisions {list(rt.precisions)}, backends {list(rt.backends)}, providers {list(rt.onnxruntime_providers)}")
     lines.append(f"sensors ({len(sensors)}):")
@@ -349,6 +358,13 @@ def cmd_chat(args: argparse.Namespace) -> int:
 def cmd_models(args: argparse.Namespace) -> int:
     """``edge-sdk models``: manage a model store (see :mod:`edge_sdk.store.command`)."""
     from .store.command import run
+
+    return run(args)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """``edge-sdk run``: a package over a camera, video, stream or folder (see :mod:`edge_sdk.pipelines.run_command`)."""
+    from .pipelines.run_command import run
 
     return run(args)
 

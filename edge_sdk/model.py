@@ -221,6 +221,34 @@ class Result(NamedTuple):
             d["outputs"] = {k: {"shape": list(v.shape), "dtype": str(v.dtype), "data": v.tolist()} for k, v in self.outputs.items()}
         return d
 
+    def draw(self, image: np.ndarray, **options: Any) -> np.ndarray:
+        """A new BGR uint8 image: ``image`` (HxWx3 uint8, BGR unless ``color="RGB"``; not modified)
+        with this result drawn on it: boxes, labels, scores and keypoints, the segmentation mask,
+        or the top classes. ``options``: those of :func:`edge_sdk.processing.draw.draw` (``labels``,
+        ``scores``, ``masks``, ``keypoints``, ``conf``, ``color``, ``mask_alpha``, ``line_width``)."""
+        from .processing.draw import draw
+
+        return draw(image, self, **options)
+
+    def plot(self, image: np.ndarray | str | Path | None = None, **options: Any) -> np.ndarray:
+        """The annotated image, like :meth:`draw`, from ``image``: an array, an image file (read
+        with the bounded loader, BGR), or None for a black canvas of the source image's size (the
+        result's ``transform.source_hw``; a result without one, from ``predict`` on tensors, needs
+        an image: ImageError). Returns a new BGR uint8 array."""
+        from .processing.draw import draw
+
+        if image is None:
+            hw = getattr(self.transform, "source_hw", None)
+            if hw is None:
+                raise ImageError("Result.plot: this result has no source size (it was not made from an image); pass image=")
+            image = np.zeros((int(hw[0]), int(hw[1]), 3), np.uint8)
+        elif isinstance(image, (str, Path)):
+            from .processing.image import load_image_bgr
+
+            image = load_image_bgr(image)
+            options = {**options, "color": "BGR"}
+        return draw(image, self, **options)
+
 
 class PreparedImage(NamedTuple):
     """An image preprocessed and validated for one model (:meth:`Model.prepare_image`),

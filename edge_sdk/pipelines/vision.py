@@ -127,6 +127,8 @@ from .sinks import CallbackSink, Sink
 from .sources import Frame, FrameDrop, FrameSource, SourceOptions, SourceState, source_from_uri
 
 if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+
     from ..model import Result
 
 __all__ = ["DROP_POLICIES", "DROP_REASONS", "FrameResult", "PipelineCounters", "PipelineOptions", "PipelineState", "VisionPipeline"]
@@ -224,6 +226,14 @@ class FrameResult:
     def source_timestamp_ms(self) -> float | None:
         """The timestamp the source gave the frame (e.g. a video's position), or None."""
         return self.frame.source_timestamp_ms
+
+    def draw(self, **options: Any) -> np.ndarray:
+        """A new BGR uint8 image: this frame (its own colour order) with its result drawn on it
+        (:func:`edge_sdk.processing.draw.draw`; ``options`` as there, ``color`` excepted). The frame is
+        not modified."""
+        from ..processing.draw import draw
+
+        return draw(self.frame.image, self.result, color=self.frame.color, **options)
 
 
 @dataclass(frozen=True)
