@@ -26,8 +26,8 @@ rule alone:
   variant measured slower than the reference is ranked after the reference
   (int8 on an x86 core without VNNI, or an Arm core without dot product, can be
   slower than fp32).
-- *timed here*: when the winner is a lower precision than another accepted
-  variant and has no recorded measurement for a matching machine, or when the
+- *timed here*: when the winner is a lower precision than other accepted
+  variants and has no recorded measurement for a matching machine, or when the
   best precision is offered by more than one backend, the choice is
   *unproven*: :attr:`Selection.to_time` names the candidates, and
   :mod:`edge_sdk.model` times them once on this device (cached per device,
@@ -409,13 +409,10 @@ def select_variant(
     best = min(ok, key=lambda c: (c.rank, c.variant_id))
     unproven: tuple[str, ...] = ()
     if machine is not None and _measured(manifest.variant(best.variant_id), profile, machine) is None:
-        # A lighter winner by the profile's rule alone: time it against the best of each more precise precision.
+        # A lighter winner by the profile's rule alone: time it against every more precise accepted variant
+        # (on any backend: a float TFLite model can beat a quantized ONNX one on a CPU without VNNI).
         bits = PRECISION_BITS.get(best.precision, 0)
-        firsts: dict[str, Candidate] = {}
-        for c in sorted(ok, key=lambda c: (c.rank, c.variant_id)):
-            if PRECISION_BITS.get(c.precision, 0) > bits:
-                firsts.setdefault(c.precision, c)
-        unproven = tuple(c.variant_id for c in firsts.values())
+        unproven = tuple(c.variant_id for c in sorted(ok, key=lambda c: (c.rank, c.variant_id)) if PRECISION_BITS.get(c.precision, 0) > bits)
     why = "best rank (precision, backend) among accepted variants"
     if unproven:
         why += f"; not measured on this CPU class: timed against {', '.join(unproven)} on this device before it is trusted"

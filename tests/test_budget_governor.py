@@ -553,7 +553,7 @@ def cache(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def int8(cache):
-    with edge_sdk.load(edge_sdk.demo_package_path(), "generic-x86_64", cache_dir=cache) as m:
+    with edge_sdk.load(edge_sdk.demo_package_path(), "generic-x86_64", cache_dir=cache, variant="int8-onnx") as m:
         assert m.variant.id == "int8-onnx"
         yield m
 

@@ -69,7 +69,7 @@ def test_embed_app_telemetry_is_consistent(tmp_path: Path) -> None:
     for img in imgs:  # the demo images are named <label>_<n>.png
         assert re.search(rf"^{re.escape(str(img))}: {img.stem.rsplit('_', 1)[0]} [\d.]+  total [\d.]+ ms", out, re.M), out
     n = len(imgs) * 5
-    prov = re.search(r"^provenance: shapes-classifier 1\.0\.0 variant (\S+) sha256 (\w{12}) on onnxruntime ", out, re.M)
+    prov = re.search(r"^provenance: shapes-classifier 1\.0\.0 variant (\S+) sha256 (\w{12}) on (onnxruntime|ai-edge-litert|tflite-runtime) ", out, re.M)
     assert prov, out
     variant = ModelPackage.open(demo_package_path()).manifest.variant(prov.group(1))
     assert variant.sha256[:12] == prov.group(2)

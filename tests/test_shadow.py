@@ -459,7 +459,7 @@ def test_a_pipeline_runs_through_the_checker(tmp_path: Path) -> None:
     from edge_sdk.pipelines import VisionPipeline
 
     labels: list[str] = []
-    with edge_sdk.load(demo_package_path(), "generic-x86_64", threads=1, cache_dir=tmp_path) as model:
+    with edge_sdk.load(demo_package_path(), "generic-x86_64", threads=1, cache_dir=tmp_path, variant="int8-onnx") as model:
         checker = ShadowChecker.local_fp32(model, sample_every=2, max_in_flight=16)
         try:
             pipe = VisionPipeline(checker, demo_samples()[0].parent, sinks=[lambda f: labels.append(f.result.top1.label)])

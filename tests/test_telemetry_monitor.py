@@ -170,7 +170,7 @@ def test_monitor_url_shows_quality_drift_and_shadow_agreement(tmp_path: Path) ->
     from edge_sdk.quality import QualityMonitor, ShadowChecker, reference_from_model
     from tools.fixtures.train_demo import make_split
 
-    with edge_sdk.load(demo_package_path(), "generic-x86_64", threads=1, cache_dir=tmp_path) as model:
+    with edge_sdk.load(demo_package_path(), "generic-x86_64", threads=1, cache_dir=tmp_path, variant="int8-onnx") as model:
         x, _ = make_split(7, 200)
         tensors = [model.prepare_image(im).feeds["image"] for im in x]
         ref = reference_from_model(model, tensors)

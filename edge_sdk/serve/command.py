@@ -41,6 +41,29 @@ def read_token(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _with_package_signature(m: Any, profile: Any, kw: dict[str, Any]) -> Any:
+    """The served model's tensors are the package's (what a client reads from the same manifest, and what
+    Triton-style clients send): when selection picked a variant with its own signature (a TFLite variant's
+    NHWC image) and the caller did not force it, serve the best accepted variant that has the package's
+    signature instead, and say so."""
+    from ..model import Model, load
+
+    if not isinstance(m, Model) or kw.get("variant") or m.variant.inputs is None and m.variant.outputs is None:
+        return m
+    man = m.manifest
+    ok = [c for c in m.selection.candidates if c.accepted and man.variant(c.variant_id).inputs is None and man.variant(c.variant_id).outputs is None]
+    if not ok:
+        return m
+    best = min(ok, key=lambda c: (c.measured_ms if c.measured_ms is not None else float("inf"), c.rank, c.variant_id))
+    print(
+        f"edge-sdk serve: {man.name}: selection picked {m.variant.id}, whose tensors differ from the package's; "
+        f"serving {best.variant_id}, which has the package's signature (force one with --variant)",
+        flush=True,
+    )
+    m.close()
+    return load(m.package, profile, **dict(kw, variant=best.variant_id))
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``edge-sdk serve`` with parsed arguments: load the packages, start the server and serve until SIGTERM or Ctrl-C;
     returns the exit status."""
@@ -67,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
             pkg = ModelPackage.open(p, cache_dir=default_cache_dir())  # opened once: load() takes it as it is
             extra = {"context": context} if context and pkg.manifest.task == "text-generation" else {}
             m: Any = load(pkg, args.profile, **kw, **extra)
+            m = _with_package_signature(m, args.profile, kw)
             if args.max_streams < 1:
                 print(f"edge-sdk: --max-streams: expected an int >= 1, got {args.max_streams}", file=sys.stderr)
                 return 2
