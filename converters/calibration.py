@@ -175,7 +175,11 @@ def load_data(
       the input's rank is one sample.
     - ``.npz``: one array per input name (same rules as ``.npy``, same N for all)
       and optionally ``labels``, an integer array of N class indices. Other keys
-      are an error.
+      are an error. Or one array per *sample*, whose shapes may differ (dynamic
+      dims, e.g. text lines of different widths): ``arr_0``, ``arr_1``, ... for a
+      single-input model (what ``np.savez(f, *samples)`` writes), or
+      ``<input>/<i>``; taken in numeric order; each array
+      has the input's rank (batch 1) or one less (a batch axis is added).
     - a video (.mp4/.avi/.mkv/.mov/.webm): frames 0, ``video_every``,
       ``2 * video_every``, ... decoded with OpenCV (BGR) and preprocessed like
       images.
@@ -528,6 +532,8 @@ def _load_npz(path: Path, ctx: _Ctx) -> DataSet:
     with z:
         keys = list(z.files)
         missing = [n for n in ctx.names if n not in keys]
+        if missing and _per_sample_keys(keys, ctx) is not None:
+            return _load_npz_per_sample(path, z, keys, ctx)
         if missing:
             raise CalibrationError(f"{path}: no array for input(s) {missing}; the file holds {keys}, the model takes {list(ctx.names)}")
         extra = [k for k in keys if k not in ctx.names and k != "labels"]
@@ -568,6 +574,68 @@ def _load_npz(path: Path, ctx: _Ctx) -> DataSet:
         sources.append(f"{path.name}[{i}]")
     picked = None if labels is None else tuple(labels[i] for i in keep)
     return ctx.dataset(samples, sources, str(path), labels=picked)
+
+
+def _natural(key: str) -> tuple[str, int]:
+    head, _, tail = key.rpartition("_") if "/" not in key else key.rpartition("/")
+    return (head, int(tail)) if tail.isdigit() else (key, -1)
+
+
+def _per_sample_keys(keys: Sequence[str], ctx: _Ctx) -> dict[str, list[str]] | None:
+    """For an .npz of one array per sample: input name -> its keys in sample order, or None if the keys are not
+    that form: ``arr_0, arr_1, ...`` (what ``np.savez(f, *samples)`` writes) for a single-input model, or
+    ``<input>/<i>`` for any model."""
+    data = [k for k in keys if k != "labels"]
+    if not data:
+        return None
+    if len(ctx.names) == 1 and all(k.startswith("arr_") and k[4:].isdigit() for k in data):
+        return {ctx.names[0]: sorted(data, key=_natural)}
+    out: dict[str, list[str]] = {n: [] for n in ctx.names}
+    for k in data:
+        name, _, idx = k.rpartition("/")
+        if name not in out or not idx.isdigit():
+            return None
+        out[name].append(k)
+    return {n: sorted(v, key=_natural) for n, v in out.items()}
+
+
+def _load_npz_per_sample(path: Path, z: Any, keys: Sequence[str], ctx: _Ctx) -> DataSet:
+    """An .npz holding one array per sample (shapes may differ between samples: dynamic dims): each array has the
+    input's rank (batch dim 1 included) or one less (a batch axis of 1 is added)."""
+    order = _per_sample_keys(keys, ctx)
+    assert order is not None
+    counts = {n: len(v) for n, v in order.items()}
+    if len(set(counts.values())) != 1:
+        raise CalibrationError(f"{path}: inputs hold different numbers of per-sample arrays {counts}; expected the same number for all")
+    n = next(iter(counts.values()))
+    raw_labels = None
+    try:
+        if "labels" in keys:
+            raw_labels = z["labels"]
+        keep = ctx.pick(n)
+        samples, sources = [], []
+        for i in ctx.bar(keep, len(keep), f"npz {path.name}"):
+            feeds = {}
+            for s in ctx.specs:
+                key = order[s.name][i]
+                arr = z[key]
+                where = f"{path}[{key!r}]"
+                _check_dtype(arr, s, where)
+                if arr.ndim == s.rank - 1:
+                    arr = arr[None]
+                if arr.ndim != s.rank:
+                    raise CalibrationError(f"{where}: array of shape {arr.shape} does not fit input {s.name!r} {_shape_text(s)}: expected one sample of rank {s.rank} (or {s.rank - 1}, without the batch axis)")
+                feeds[s.name] = np.ascontiguousarray(arr)
+            samples.append(ctx.check(feeds, f"{path}[{i}] (per-sample arrays {[order[s][i] for s in ctx.names]})"))
+            sources.append(f"{path.name}[{order[ctx.names[0]][i]}]")
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error, SyntaxError, tokenize.TokenError) as e:
+        raise CalibrationError(f"{path}: cannot read its arrays (expected intact .npy members in a zip): {e}") from e
+    labels = None
+    if raw_labels is not None:
+        if raw_labels.ndim != 1 or raw_labels.shape[0] != n or raw_labels.dtype.kind not in "iu":
+            raise CalibrationError(f"{path}['labels']: expected {n} integer class indices (shape ({n},)), got {raw_labels.dtype} shape {raw_labels.shape}")
+        labels = tuple(int(raw_labels[i]) for i in keep)
+    return ctx.dataset(samples, sources, str(path), labels=labels)
 
 
 # --------------------------------------------------------------------------

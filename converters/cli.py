@@ -27,6 +27,9 @@ from edge_sdk.errors import EdgeSDKError
 
 from .errors import ConverterError
 
+#: quality figures of the task gates, printed beside cosine (converters.validate.compare)
+TASK_FIGURES = ("position_agreement", "sequence_exact_match", "edit_distance", "box_recall", "box_iou", "mask_iou")
+
 
 def _onnx_specs(path: Path, dims: dict[str, tuple[int, int]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     from .packaging import SignatureError, onnx_tensor_specs
@@ -209,13 +212,18 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         labels=_read_labels(args.labels) if args.labels else None,
         progress=not args.quiet,
         calibrate_temperature=args.calibrate_temperature,
+        blank=args.blank,
     )
     res = convert(args.model, args.calibration, args.out, opts, validation=args.validation)
+    for note in res.report.get("notes", []):
+        print(f"note: {note}")
     for row in res.report["variants"]:
         q = row["quality"]
         gate = "PASS" if row["gate"]["passed"] else ("FORCED" if row["gate"]["forced"] else "FAIL")
         lat = f"{row['latency_ms']:.3f} ms" if row["latency_ms"] else "-"
         cos = f"cosine {q['cosine']:.5f}" if "cosine" in q else ""
+        task_figs = [f"{k} {q[k]:.4g}" for k in TASK_FIGURES if q.get(k) is not None]
+        cos = ", ".join([*task_figs, cos] if cos else task_figs)
         print(f"{row['id']:12s} {gate:6s} {lat:>11s} {cos} {row['method']}" + ("" if row["written"] else "  [not written]"))
         for f in row["gate"]["failures"]:
             print(f"{'':12s}   {f}")
@@ -244,7 +252,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     labels = _read_labels(args.labels) if args.labels else _model_labels(data, tuple(pkg.manifest.labels or ()))
     res = validate_package(
         pkg, list(data.samples), labels=labels, dataset=str(args.data), profile=args.profile, threads=args.threads,
-        calibrate_temperature=args.calibrate_temperature, n_bins=args.bins,
+        calibrate_temperature=args.calibrate_temperature, n_bins=args.bins, blank=args.blank,
     )  # fmt: skip
     rows = []
     for vid, r in res.items():
@@ -262,6 +270,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 f"{r['variant']:14s} {r['size'] / 1024:9.1f} {r['latency_ms'] or 0:8.3f} {r.get('cosine', float('nan')):9.5f} "
                 f"{r.get('max_abs_error', float('nan')):9.4g} {r.get('top1_agreement', float('nan')):6.3f} {r.get('top5_agreement', float('nan')):6.3f} "
                 f"{(r.get('metric') or '')} {r.get('value', '') if r.get('metric') else ''}"
+                + " ".join(f" {k} {r[k]:.4g}" for k in TASK_FIGURES if r.get(k) is not None)
             )
         _print_calibration(rows, args)
     for f in written:
@@ -363,6 +372,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     status (1 on a :class:`~converters.errors.ConverterError`, an :class:`~edge_sdk.errors.EdgeSDKError` or an output
     that exists, with ``edge-convert: <class>: <message>`` on stderr)."""
     ap = argparse.ArgumentParser(prog="edge-convert", description="Build and check edge_sdk model packages.")
+    from edge_sdk._version import __version__
+
+    ap.add_argument("--version", action="version", version=f"edge-convert {__version__}", help="print the edge-sdk version and exit")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("package", help="write a package from model files")
     p.add_argument("out", type=Path)
@@ -379,20 +391,30 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     p = sub.add_parser("quantize", help="quantize an fp32 ONNX model into a measured, gated package")
     p.add_argument("model", help="fp32 ONNX model")
-    p.add_argument("--calibration", required=True, help="image folder, .npy/.npz, video file or .csv of sensor windows")
+    p.add_argument("--calibration", required=True, help="image folder, .npy/.npz (one array per input, or per sample: arr_0, arr_1, ...), video file or .csv of sensor windows")
     p.add_argument("--to", default="int8", help="comma list of int8, int4, fp16 (default int8)")
     p.add_argument("--out", required=True, type=Path, help="package folder to write")
-    p.add_argument("--task", default="raw", choices=["classification", "detection", "segmentation", "embedding", "audio", "raw"])
+    p.add_argument(
+        "--task", default="raw", choices=["classification", "detection", "segmentation", "sequence", "embedding", "audio", "raw"],
+        help="what the model does; picks the default gate (sequence: CTC/token outputs [batch, positions, classes], gated on decoded-sequence agreement)",
+    )  # fmt: skip
+    p.add_argument("--blank", type=int, default=0, help="--task sequence: the CTC blank class index (default 0)")
     p.add_argument("--name")
     p.add_argument("--version", default="1.0.0")
     p.add_argument("--preprocess", help="image input: size=HxW,resize=stretch|letterbox|center_crop,color=RGB|BGR|GRAY,mean=a:b:c,std=a:b:c,scale=s,interpolation=linear|area|nearest|cubic")
-    p.add_argument("--dim", action="append", default=[], metavar="NAME=MIN:MAX", help="bounds of a dynamic input dim")
+    p.add_argument(
+        "--dim", action="append", default=[], metavar="NAME=MIN:MAX",
+        help="bounds of a dynamic input dim (default: the smallest and largest size the calibration and validation samples show)",
+    )  # fmt: skip
     p.add_argument("--class-names", help="text file, one class name per line")
     p.add_argument("--validation", help="held-out data (default: hold out --holdout of the calibration data)")
     p.add_argument("--holdout", type=float, default=0.25)
     p.add_argument("--labels", help="validation labels: text file of class indices, or .json (indices, or boxes per sample for detection)")
     p.add_argument("--limit", type=int, default=256, help="at most this many samples from each data source")
-    p.add_argument("--int8-method", default="auto", choices=["auto", "static", "dynamic"])
+    p.add_argument(
+        "--int8-method", default="auto", choices=["auto", "static", "dynamic"],
+        help="auto: make static, dynamic and (when static fails its gate) partial int8, keep the fastest that passes; or force one",
+    )  # fmt: skip
     p.add_argument("--activation-type", default="uint8", choices=["uint8", "int8"])
     p.add_argument("--weight-type", default="int8", choices=["uint8", "int8"])
     p.add_argument("--calibration-method", default="minmax", choices=["minmax", "entropy", "percentile"])
@@ -415,6 +437,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("validate", help="measure every variant of a package against its reference")
     p.add_argument("package")
     p.add_argument("--data", required=True)
+    p.add_argument("--blank", type=int, default=0, help="sequence packages: the CTC blank class index (default 0)")
     p.add_argument("--labels")
     p.add_argument("--limit", type=int, default=256)
     p.add_argument("--threads", type=int)

@@ -20,7 +20,7 @@ import copy
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from edge_sdk.package import MANIFEST_NAME, ImagePreprocess, Manifest, ModelPackage, TensorSpec, file_ref
 
@@ -31,12 +31,40 @@ class SignatureError(ConverterError, ValueError):
     """A model's own signature cannot be described in a manifest as given."""
 
 
+OPEN_BOUNDS = (1, 1 << 24)  # a dim without --dim while its bounds are read off the data (manifest MAX_DIM)
+
+
+def _dim_name(tensor: str, axis: int, d: Any) -> str | None:
+    """The dim's name, ``<tensor>_dim<axis>`` for a nameless one (no name, ``?``, or a value <= 0); None if fixed."""
+    if isinstance(d, int) and d > 0:
+        return None
+    if isinstance(d, str) and d.strip() and d.strip() != "?":
+        return d
+    return f"{tensor}_dim{axis}"
+
+
+def dynamic_input_dims(data: bytes) -> list[tuple[str, str, int]]:
+    """(dim name, input name, axis) of every dynamic input dim of an ONNX model, in declaration order."""
+    from edge_sdk.package.modelfile import scan_onnx
+
+    out = []
+    for t in scan_onnx(data).inputs:
+        for i, d in enumerate(t.dims or ()):
+            name = _dim_name(t.name, i, d)
+            if name is not None:
+                out.append((name, t.name, i))
+    return out
+
+
 def onnx_tensor_specs(
-    data: bytes, dims: Mapping[str, tuple[int, int]], preprocess: ImagePreprocess | None = None
+    data: bytes, dims: Mapping[str, tuple[int, int]], preprocess: ImagePreprocess | None = None, *, open_dims: bool = False
 ) -> tuple[list[TensorSpec], list[TensorSpec]]:
     """Inputs and outputs of an ONNX model (read with the dependency-free scanner,
     no runtime) as manifest TensorSpecs. Every dynamic input dim needs bounds in
-    ``dims`` (unnamed ones are called ``<tensor>_d<axis>``); 4-D inputs with 1 or
+    ``dims`` (unnamed ones, ``?`` or a value <= 0, are called ``<tensor>_dim<axis>``,
+    as :mod:`converters.normalize` names them); with ``open_dims`` a dim without
+    bounds gets :data:`OPEN_BOUNDS` instead of an error (the converter then reads
+    its bounds off the data, :func:`observed_bounds`). 4-D inputs with 1 or
     3 channels get an NCHW/NHWC layout and ``preprocess``, if given."""
     from edge_sdk.package.modelfile import scan_onnx
 
@@ -48,15 +76,18 @@ def onnx_tensor_specs(
         shape: list[int | str] = []
         bounds = []
         for i, d in enumerate(t.dims):
-            if isinstance(d, int) and d > 0:
+            name = _dim_name(t.name, i, d)
+            if name is None:
                 shape.append(d)
                 continue
-            name = d if isinstance(d, str) and d else f"{t.name}_d{i}"
             shape.append(name)
-            if is_input:
-                if name not in dims:
-                    raise SignatureError(f"input {t.name!r} dim {i} ({name}) is dynamic; to give its bounds, give --dim {name}=MIN:MAX")
-                lo, hi = dims[name]
+            if is_input and name not in [b[0] for b in bounds]:
+                if name not in dims and not open_dims:
+                    raise SignatureError(
+                        f"input {t.name!r} dim {i} ({name}) is dynamic; to give its bounds, give --dim {name}=MIN:MAX "
+                        "(or calibration data whose samples show its sizes)"
+                    )
+                lo, hi = dims.get(name, OPEN_BOUNDS)
                 bounds.append((name, lo, hi))
         layout = pre = None
         if is_input and len(shape) == 4:
@@ -70,6 +101,17 @@ def onnx_tensor_specs(
     if preprocess is not None and not any(s.preprocess for s in ins):
         raise SignatureError("--preprocess was given but no input is an NCHW/NHWC image with 1 or 3 channels")
     return ins, outs
+
+
+def observed_bounds(specs: Sequence[TensorSpec], names: Sequence[str], samples: Sequence[Mapping[str, Any]]) -> dict[str, tuple[int, int]]:
+    """(min, max) of each dynamic dim in ``names`` over the shapes of ``samples`` (feeds dicts); a dim that several
+    inputs share takes the range over all of them."""
+    seen: dict[str, list[int]] = {}
+    for s in specs:
+        for axis, d in enumerate(s.shape):
+            if isinstance(d, str) and d in names:
+                seen.setdefault(d, []).extend(int(x[s.name].shape[axis]) for x in samples if s.name in x)
+    return {k: (min(v), max(v)) for k, v in seen.items() if v}
 
 
 def write_package(

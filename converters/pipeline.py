@@ -37,9 +37,10 @@ from edge_sdk.package.modelfile import sniff_format
 
 from .calibration_quality import diagram_name
 from .errors import ConverterError
-from .packaging import SignatureError, onnx_tensor_specs, write_package
-from .quantize import Int4Options, Int8Options, QuantizeError, quantize_target
-from .validate import VariantReport, check_gate, compare, default_gate, validate_package
+from .normalize import Normalized, NormalizeError, normalize
+from .packaging import SignatureError, dynamic_input_dims, observed_bounds, onnx_tensor_specs, write_package
+from .quantize import MIN_INT4_OPSET, MIN_QDQ_OPSET, Int4Options, Int8Options, QuantizeError, choose_int8_method, quantize_target
+from .validate import FALLBACK_GATE, MAXIMA, VariantReport, check_gate, compare, default_gate, per_sample, stack_outputs, validate_package
 
 
 class ConvertError(ConverterError, ValueError):
@@ -72,6 +73,7 @@ class ConvertOptions:
     labels: Sequence[Any] | None = None  # validation labels (class indices or detection boxes)
     progress: bool = True
     calibrate_temperature: bool = False  # classification: fit a softmax temperature per variant, store it in the manifest
+    blank: int = 0  # task sequence: the CTC blank class index
 
 
 @dataclass(frozen=True)
@@ -84,9 +86,9 @@ class ConvertResult:
     refused: tuple[str, ...]
 
 
-def _specs_from_model(data: bytes, opts: ConvertOptions) -> tuple[list[TensorSpec], list[TensorSpec]]:
+def _specs_from_model(data: bytes, opts: ConvertOptions, dims: Mapping[str, tuple[int, int]] | None = None, *, open_dims: bool = False) -> tuple[list[TensorSpec], list[TensorSpec]]:
     try:
-        return onnx_tensor_specs(data, opts.dims, opts.preprocess)
+        return onnx_tensor_specs(data, opts.dims if dims is None else dims, opts.preprocess, open_dims=open_dims)
     except SignatureError as e:
         raise ConvertError(str(e)) from e
 
@@ -107,7 +109,7 @@ def _model_labels(ds: Any, class_names: Sequence[str]) -> list[int] | None:
     return [class_names.index(names[i]) for i in labels]
 
 
-def _ort_outputs(path: Path, samples: Sequence[Mapping[str, np.ndarray]], threads: int) -> dict[str, np.ndarray]:
+def _ort_outputs(path: Path, samples: Sequence[Mapping[str, np.ndarray]], threads: int) -> dict[str, Any]:
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -119,7 +121,7 @@ def _ort_outputs(path: Path, samples: Sequence[Mapping[str, np.ndarray]], thread
     for x in samples:
         for n, y in zip(names, s.run(None, dict(x))):
             per[n].append(y)
-    return {n: np.concatenate(v, axis=0) for n, v in per.items()}
+    return stack_outputs(per)
 
 
 def _machine() -> str:
@@ -149,11 +151,33 @@ def convert(model: str | Path, calibration: str | Path, out: str | Path, opts: C
         if sniff_format(Path(f).read_bytes()[:64] if Path(f).is_file() else b"") != "tflite":
             raise ConvertError(f"--tflite {f}: not a TFLite file")
 
-    ins, outs = _specs_from_model(data, opts)
-    calib = load_data(calibration, ins, limit=opts.limit, progress=opts.progress)
-    if validation is not None:
-        val = load_data(validation, ins, limit=opts.limit, progress=opts.progress)
-    else:
+    # 1. graph normalisation: the normalised model is the fp32 reference from here on
+    need = [(MIN_QDQ_OPSET, "per-channel QDQ int8")] if "int8" in opts.targets else []
+    if "int4" in opts.targets:
+        need.append((MIN_INT4_OPSET, "MatMulNBits int4"))
+    min_opset, why_opset = max(need) if need else (0, "")
+    try:
+        norm = normalize(data, min_opset=min_opset, why_opset=why_opset, source=src.name)
+    except NormalizeError as e:
+        raise ConvertError(str(e)) from e
+    notes = list(norm.notes)
+
+    # 2. the data, read against the model's inputs; dynamic dims without --dim are bounded by what the data shows
+    missing = list(dict.fromkeys(n for n, _, _ in dynamic_input_dims(norm.data) if n not in opts.dims))
+    open_ins, _ = _specs_from_model(norm.data, opts, open_dims=True)
+    calib = load_data(calibration, open_ins, limit=opts.limit, progress=opts.progress)
+    val = load_data(validation, open_ins, limit=opts.limit, progress=opts.progress) if validation is not None else None
+    assumed: dict[str, tuple[int, int]] = {}
+    if missing:
+        assumed = observed_bounds(open_ins, missing, [*calib.samples, *(val.samples if val is not None else ())])
+        for dn in missing:
+            if dn not in assumed:
+                raise ConvertError(f"dynamic dim {dn} has no --dim and the data shows no size for it; give --dim {dn}=MIN:MAX")
+            lo, hi = assumed[dn]
+            seen = f"{len(calib)} calibration" + (f" and {len(val)} validation" if val is not None else "") + " samples"
+            notes.append(f"assumed dim {dn} = {lo}:{hi} from {seen} (give --dim {dn}=MIN:MAX to widen it)")
+    ins, outs = _specs_from_model(norm.data, opts, {**opts.dims, **assumed})
+    if val is None:
         if len(calib) < 4:
             raise ConvertError(f"{calibration}: {len(calib)} samples; give --validation data or at least 4 calibration samples to hold some out")
         calib, val = calib.split(opts.holdout)
@@ -173,75 +197,269 @@ def convert(model: str | Path, calibration: str | Path, out: str | Path, opts: C
     name = opts.name or src.stem
     work = Path(tempfile.mkdtemp(prefix="edge-convert-"))
     try:
-        return _convert(src, data, out, opts, ins, outs, calib, val, labels, class_names, gate, det, threads, name, work, str(calibration), str(validation or f"{calibration} (held-out {opts.holdout:.0%})"))
+        return _convert(
+            src, data, norm, notes, out, opts, ins, outs, calib, val, labels, class_names, gate, det, threads, name, work,
+            str(calibration), str(validation or f"{calibration} (held-out {opts.holdout:.0%})"),
+        )  # fmt: skip
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def _check_normalised(src_data: bytes, norm: Normalized, ref_file: Path, ref_out: Mapping[str, Any], samples: Sequence[Mapping[str, np.ndarray]], threads: int, notes: list[str], src_name: str) -> Mapping[str, Any]:
+    """The normalised reference must compute what the input model computes: compare both on ``samples``. When the
+    opset change made a difference, normalise again without it; returns the reference outputs to use."""
+    orig = ref_file.with_name("model_input.onnx")
+    orig.write_bytes(src_data)
+    k = min(4, len(samples))
+    try:
+        want = _ort_outputs(orig, samples[:k], threads)
+    except Exception as e:  # ONNX Runtime cannot run the input as exported: nothing to compare with
+        notes.append(f"the input model does not run as exported in ONNX Runtime ({str(e)[:150]}); the normalised model is the reference")
+        return ref_out
+    got = {n: v[:k] if isinstance(v, np.ndarray) else v[:k] for n, v in ref_out.items()}
+    diff = _max_diff(want, got)
+    if diff <= 1e-5:
+        notes.append(f"normalised model checked against the input on {k} validation sample(s): max abs difference {diff:.3g}")
+        return ref_out
+    if norm.opset != norm.opset_from:
+        again = normalize(src_data, source=src_name)
+        ref_file.write_bytes(again.data)
+        new_out = _ort_outputs(ref_file, samples, threads)
+        d2 = _max_diff(want, {n: v[:k] if isinstance(v, np.ndarray) else v[:k] for n, v in new_out.items()})
+        if d2 <= 1e-5:
+            notes.append(f"opset kept at {norm.opset_from}: the model raised to opset {norm.opset} differed from the input by {diff:.3g}; the int8 step raises it on its own copy")
+            return new_out
+    raise ConvertError(f"{src_name}: the normalised model's outputs differ from the input's by {diff:.3g} (a converter bug; please report it with the model)")
+
+
+def _max_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
+    d = 0.0
+    for n in a:
+        for x, y in zip(per_sample(a[n]), per_sample(b[n])):
+            if x.shape != y.shape:
+                return float("inf")
+            if x.size:
+                d = max(d, float(np.abs(x.astype(np.float64) - y.astype(np.float64)).max() / max(1.0, float(np.abs(x).max()))))
+    return d
+
+
+def _margin(q: Quality, gate: Mapping[str, float]) -> float:
+    """How far ``q`` is from failing ``gate``: the smallest relative margin over the thresholds (negative: fails)."""
+    m = float("inf")
+    for k, limit in gate.items():
+        v = getattr(q, k)
+        if v is None:
+            return float("-inf")
+        rel = (v - limit) / max(abs(limit), 1e-9)
+        m = min(m, -rel if k in MAXIMA else rel)
+    return m
+
+
+CANDIDATE_TIMING = {"rounds": 8, "per_round": 5, "budget_s": 8.0}  # int8 candidates: a shorter run than the final measurement
+
+
+def _time_candidates(
+    cands: list[dict[str, Any]], ins: Sequence[TensorSpec], outs: Sequence[TensorSpec], opts: ConvertOptions, name: str, ref_file: Path,
+    work: Path, det: Any, threads: int, samples: Sequence[Mapping[str, np.ndarray]],
+) -> float:  # fmt: skip
+    """Median latency of each candidate (``latency_ms`` set in place) and of fp32 (returned), through ``edge_sdk.load``
+    on a staged package, interleaved like the final measurement (:meth:`Measurer.latencies`)."""
+    from .validate import Measurer
+
+    variants = [{"id": "fp32-onnx", "file": "model_fp32.onnx", "backend": "onnxruntime", "precision": "fp32", "reference": True}]
+    files: dict[str, Path] = {"model_fp32.onnx": ref_file}
+    for c in cands:
+        variants.append({"id": f"int8-{c['kind']}", "file": c["file"].name, "backend": "onnxruntime", "precision": "int8"})
+        files[c["file"].name] = c["file"]
+    manifest = {"schema": 1, "name": name, "version": opts.version, "task": opts.task, "inputs": [x.to_dict() for x in ins], "outputs": [x.to_dict() for x in outs], "variants": variants}
+    pkg = write_package(work / "int8-candidates", manifest, files, overwrite=True)
+    assert isinstance(pkg, ModelPackage)
+    meas = Measurer(pkg, det.profile, threads, work / "cache")
+    try:
+        lat = meas.latencies([v["id"] for v in variants], samples[0], **CANDIDATE_TIMING)  # type: ignore[arg-type]
+    finally:
+        meas.close()
+    for c in cands:
+        c["latency_ms"] = round(lat[f"int8-{c['kind']}"], 4)
+    return round(lat["fp32-onnx"], 4)
+
+
+def _candidate_rows(cands: Sequence[Mapping[str, Any]], best: Mapping[str, Any] | None, gate: Mapping[str, float], ref_ms: float | None = None) -> list[dict[str, Any]]:
+    """The report's ``candidates`` entries."""
+    rows = []
+    for c in cands:
+        q = c.get("q")
+        row: dict[str, Any] = {
+            "method": c["method"], "passed": bool(c.get("ok")), "chosen": c is best,
+            "quality": {k: getattr(q, k) for k in gate if q is not None and getattr(q, k) is not None},
+            "latency_ms": c.get("latency_ms"), "reference_latency_ms": ref_ms if c.get("latency_ms") is not None else None,
+        }  # fmt: skip
+        if "error" in c:
+            row["error"] = c["error"]
+        if c.get("why"):
+            row["why"] = c["why"]
+        elif "error" not in c and not c.get("ok"):
+            row["why"] = "fails the gate: " + c.get("summary", "")
+        rows.append(row)
+    return rows
+
+
 def _convert(
-    src: Path, data: bytes, out: Path, opts: ConvertOptions, ins: list[TensorSpec], outs: list[TensorSpec], calib: Any, val: Any,
-    labels: Any, class_names: tuple[str, ...], gate: dict[str, float], det: Any, threads: int, name: str, work: Path,
+    src: Path, data: bytes, norm: Normalized, model_notes: list[str], out: Path, opts: ConvertOptions, ins: list[TensorSpec], outs: list[TensorSpec],
+    calib: Any, val: Any, labels: Any, class_names: tuple[str, ...], gate: dict[str, float], det: Any, threads: int, name: str, work: Path,
     calib_name: str, val_name: str,
 ) -> ConvertResult:  # fmt: skip
     from .quantize import preprocess as ort_preprocess
 
     ref_file = work / "model_fp32.onnx"
-    ref_file.write_bytes(data)
-    prep_error = None
-    try:
-        prep = ort_preprocess(ref_file, work / "prep.onnx")
-    except QuantizeError as e:
-        prep, prep_error = ref_file, str(e)
+    ref_file.write_bytes(norm.data)
     val_samples = list(val.samples)
-    ref_out = _ort_outputs(ref_file, val_samples, threads)
+    ref_out: Mapping[str, Any] = _ort_outputs(ref_file, val_samples, threads)
+    if norm.changed:
+        ref_out = _check_normalised(data, norm, ref_file, ref_out, val_samples, threads, model_notes, src.name)
     class_output = outs[0].name if opts.task == "classification" else None
 
+    def compare_to_ref(got: Mapping[str, Any]) -> Any:
+        return compare(ref_out, got, task=opts.task, class_output=class_output, labels=labels, reference_id="fp32-onnx", dataset=val_name, blank=opts.blank)
+
+    if opts.gate is None:  # a task figure this model's outputs cannot give: gate on cosine, and say so
+        self_q = compare_to_ref(ref_out)
+        unmeasurable = [k for k in gate if getattr(self_q.quality, k) is None]
+        if unmeasurable:
+            model_notes.append(
+                f"the {opts.task} gate's {', '.join(unmeasurable)} cannot be measured on this model's outputs ({'; '.join(self_q.notes) or 'no such output'}); "
+                f"gated on {', '.join(f'{k} >= {v:g}' for k, v in FALLBACK_GATE.items())} instead"
+            )
+            gate.clear()
+            gate.update(FALLBACK_GATE)
+    prep, prep_error = ref_file, None
+    if "int8" in opts.targets:
+        try:
+            (work / "prep").mkdir()
+            prep = ort_preprocess(ref_file, work / "prep" / "prep.onnx", notes=model_notes)
+        except QuantizeError as e:
+            prep, prep_error = ref_file, str(e)
+
     def evaluate(path: Path) -> tuple[bool, str, Quality]:
-        c = compare(ref_out, _ort_outputs(path, val_samples, threads), task=opts.task, class_output=class_output, labels=labels, reference_id="fp32-onnx", dataset=val_name)
+        c = compare_to_ref(_ort_outputs(path, val_samples, threads))
         ok, fails = check_gate(c.quality, gate)
         summary = ", ".join(f"{k} {getattr(c.quality, k):.6g}" for k in gate if getattr(c.quality, k) is not None)
         return ok, summary + ("" if ok else f" (fails: {'; '.join(fails)})"), c.quality
 
+    def requantize(path: Path, exclude: Sequence[str]) -> None:
+        quantize_target("int8", prep, path, int8=replace(opts.int8, method="static", nodes_to_exclude=tuple(exclude)), int4=opts.int4, reader_factory=calib.reader)
+
+    def make_int8() -> dict[str, Any]:
+        """int8 candidates (static, dynamic, partial), each gated and, when more than one passes, timed; the winner."""
+        vid = "int8-onnx"
+        if prep_error:
+            return {"id": vid, "precision": "int8", "error": prep_error}
+        methods = ["static", "dynamic"] if opts.int8.method == "auto" else [opts.int8.method]
+        recommended, why_rec = choose_int8_method(prep)
+        cands: list[dict[str, Any]] = []
+        for meth in methods:
+            dst = work / f"int8_{meth}.onnx"
+            cand: dict[str, Any] = {"kind": meth, "file": dst, "kept": (), "notes": []}
+            try:
+                cand["method"] = quantize_target("int8", prep, dst, int8=replace(opts.int8, method=meth), int4=opts.int4, reader_factory=calib.reader)
+                cand["ok"], cand["summary"], cand["q"] = evaluate(dst)
+            except QuantizeError as e:
+                cand.update(method=f"int8 {meth}", error=str(e))
+            except Exception as e:  # ONNX Runtime refusing the quantized graph
+                cand.update(method=f"int8 {meth}", error=f"ONNX Runtime cannot run the int8 {meth} model it made: {str(e)[:300]}")
+            cands.append(cand)
+        static = next((c for c in cands if c["kind"] == "static" and "error" not in c), None)
+        dynamic = next((c for c in cands if c["kind"] == "dynamic" and "error" not in c and c["ok"]), None)
+        ref_ms: float | None = None
+        if static is not None and not static["ok"] and opts.repair and dynamic is not None:
+            # partial int8 is static int8 with nodes kept in float: it runs no faster than static. When a passing
+            # dynamic candidate is already faster than static, the (costly) repair cannot produce the winner.
+            ref_ms = _time_candidates([static, dynamic], ins, outs, opts, name, ref_file, work, det, threads, val_samples)
+            if dynamic["latency_ms"] <= static["latency_ms"]:
+                static["why"] = f"fails the gate ({static['summary']}); partial int8 not made: static ({static['latency_ms']:.3f} ms) is already slower than dynamic ({dynamic['latency_ms']:.3f} ms), and keeping nodes in float does not make it faster"
+                static["skip_repair"] = True
+        if static is not None and not static["ok"] and opts.repair and not static.get("skip_repair"):
+            from .repair import repair_int8
+
+            def gate_fn(path: Path) -> tuple[bool, str]:
+                ok_, s_, _ = evaluate(path)
+                return ok_, s_
+
+            dst = work / "int8_partial.onnx"
+            kept: tuple[str, ...] = ()
+            rr = None
+            try:
+                rr = repair_int8(prep, dst, quantize=requantize, evaluate=gate_fn, samples=list(calib.samples)[:16], work_dir=work / "repair", max_excluded=opts.max_keep_float)
+            except (ValueError, RuntimeError) as e:  # the graph defeats the sensitivity analysis
+                static["notes"].append(f"int8 static failed its gate ({static['summary']}); repair was not possible: {str(e)[:200]}")
+            else:
+                kept = tuple(rr.excluded)
+            if rr is not None and not kept:  # the best attempt keeps nothing in float: the same model as static, no new candidate
+                static["notes"].append(f"int8 static failed its gate ({static['summary']}); repair found no node whose float form makes it pass (up to {opts.max_keep_float} tried)")
+            elif rr is not None:
+                ok, summary, q = evaluate(dst)
+                cands.append({
+                    "kind": "partial", "file": dst, "kept": kept, "ok": ok, "summary": summary, "q": q,
+                    "method": static["method"] + f", {len(kept)} sensitive node(s) kept in float",
+                    "notes": [f"int8 static failed its gate ({static['summary']}); repair kept {len(kept)} node(s) in float: {', '.join(kept) or 'none'}; " + ("passed" if rr.passed else "still failing")],
+                })  # fmt: skip
+        good = [c for c in cands if "error" not in c]
+        if not good:
+            return {"id": vid, "precision": "int8", "error": "; ".join(c["error"] for c in cands), "candidates": _candidate_rows(cands, None, gate)}
+        passing = [c for c in good if c["ok"]]
+        if (len(passing) > 1 or (len(good) > 1 and opts.int8.method == "auto" and passing)) and any(c.get("latency_ms") is None for c in good):
+            ref_ms = _time_candidates(good, ins, outs, opts, name, ref_file, work, det, threads, val_samples)
+        notes: list[str] = []
+        if passing:
+            timed = [c for c in passing if c.get("latency_ms") is not None]
+            faster = [c for c in timed if ref_ms is not None and c["latency_ms"] < ref_ms]
+            pool = faster or timed or passing
+            best = min(pool, key=lambda c: c.get("latency_ms") or 0.0) if timed else passing[0]
+            if len(passing) == 1:
+                best["why"] = "the only candidate that passes the gate"
+            elif faster:
+                best["why"] = f"the fastest of {len(passing)} candidates that pass the gate ({best['latency_ms']:.3f} ms, fp32 {ref_ms:.3f} ms)"
+            else:
+                best["why"] = f"passes the gate and is the fastest, but no int8 candidate was faster than fp32 on this machine (fp32 {ref_ms or 0:.3f} ms)"
+                notes.append(f"no int8 candidate was faster than fp32 on this machine ({best['latency_ms']:.3f} vs {ref_ms or 0:.3f} ms); written because it passes its gate: int8 pays off on devices with int8 dot-product instructions, and the device measures before it prefers it")
+        else:
+            best = max(good, key=lambda c: _margin(c["q"], gate))
+            best["why"] = "no candidate passes the gate; the closest to it"
+        for c in good:
+            if c is not best and c.get("latency_ms") is not None and ref_ms is not None and c["latency_ms"] >= ref_ms:
+                c["why"] = "not faster than fp32 on this machine"
+        shutil.copyfile(best["file"], work / "model_int8.onnx")
+        files["model_int8.onnx"] = work / "model_int8.onnx"
+        method = best["method"]
+        if len(cands) > 1:
+            method += f" [chosen of {len(cands)} measured candidates: {', '.join(c['kind'] for c in cands)}]"
+        elif opts.int8.method == "auto":
+            method += f" [auto: {why_rec}]"
+        notes = [*best["notes"], *notes]
+        if len(cands) > 1:
+            notes.append("int8 candidates: " + "; ".join(f"{c['kind']} {'PASS' if c.get('ok') else 'FAIL'}" + (f" {c['latency_ms']:.3f} ms" if c.get("latency_ms") else "") for c in cands) + f"; kept {best['kind']}: {best['why']} (inspect recommends {recommended}: {why_rec})")
+        return {"id": vid, "precision": "int8", "file": "model_int8.onnx", "method": method, "notes": notes, "kept": best["kept"], "candidates": _candidate_rows(cands, best, gate, ref_ms)}
+
     made: list[dict[str, Any]] = []  # variant dicts for the manifest + report extras
     files: dict[str, Path] = {"model_fp32.onnx": ref_file}
     for target in opts.targets:
+        if target == "int8":
+            made.append(make_int8())
+            continue
         vid, fname = f"{target}-onnx", f"model_{target}.onnx"
         dst = work / fname
-        src_for = prep if target == "int8" else ref_file
         notes: list[str] = []
-        kept: tuple[str, ...] = ()
         try:
-            if target == "int8" and prep_error:
-                raise QuantizeError(prep_error)
-            method = quantize_target(target, src_for, dst, int8=opts.int8, int4=opts.int4, reader_factory=calib.reader)
-            ok, summary, _q = evaluate(dst)
+            method = quantize_target(target, ref_file, dst, int8=opts.int8, int4=opts.int4, reader_factory=calib.reader, notes=notes)
+            evaluate(dst)
         except QuantizeError as e:
             made.append({"id": vid, "precision": target, "error": str(e)})
             continue
         except Exception as e:  # ONNX Runtime refusing the quantized graph: that variant is not made
             made.append({"id": vid, "precision": target, "error": f"ONNX Runtime cannot run the {target} model it made: {str(e)[:300]}"})
             continue
-        if not ok and target == "int8" and opts.repair and "static" in method:
-            from .repair import repair_int8
-
-            def requantize(path: Path, exclude: Sequence[str]) -> None:
-                quantize_target("int8", prep, path, int8=replace(opts.int8, method="static", nodes_to_exclude=tuple(exclude)), int4=opts.int4, reader_factory=calib.reader)
-
-            def gate_fn(path: Path) -> tuple[bool, str]:
-                ok_, s_, _ = evaluate(path)
-                return ok_, s_
-
-            try:
-                rr = repair_int8(prep, dst, quantize=requantize, evaluate=gate_fn, samples=list(calib.samples)[:16], work_dir=work / "repair", max_excluded=opts.max_keep_float)
-            except (ValueError, RuntimeError) as e:  # the graph defeats the sensitivity analysis: keep the plain int8 result
-                requantize(dst, ())
-                notes.append(f"int8 failed its gate ({summary}); repair was not possible: {str(e)[:200]}")
-            else:
-                kept = tuple(rr.excluded)
-                notes.append(f"int8 failed its gate ({summary}); repair kept {len(kept)} node(s) in float: {', '.join(kept) or 'none'}; " + ("passed" if rr.passed else "still failing"))
-                method += f", {len(kept)} sensitive node(s) kept in float"
         files[fname] = dst
-        made.append({"id": vid, "precision": target, "file": fname, "method": method, "notes": notes, "kept": kept})
+        made.append({"id": vid, "precision": target, "file": fname, "method": method, "notes": notes, "kept": ()})
     for i, (tfl, prec) in enumerate(opts.tflite):
         fname = f"model_{prec}_{i}.tflite" if i else f"model_{prec}.tflite"
         shutil.copyfile(tfl, work / fname)
@@ -274,7 +492,7 @@ def _convert(
         fit_samples = list(calib.samples) if fit_labels is not None else None
     reports = validate_package(
         pkg, val_samples, labels=labels, dataset=val_name, profile=det.profile, threads=threads, cache_dir=work / "cache",
-        calibrate_temperature=opts.calibrate_temperature, fit_samples=fit_samples, fit_labels=fit_labels, fit_source=calib_name,
+        calibrate_temperature=opts.calibrate_temperature, fit_samples=fit_samples, fit_labels=fit_labels, fit_source=calib_name, blank=opts.blank,
     )  # fmt: skip
 
     # Gate, then write the final package.
@@ -308,7 +526,7 @@ def _convert(
             refused.append(v["id"])
         rows.append({
             "id": v["id"], "backend": v["backend"], "precision": v["precision"], "file": v["file"], "size": r.size,
-            "method": extra.get("method", "fp32 reference (the input model)"), "written": keep,
+            "method": extra.get("method", "fp32 reference (the input model" + (", normalised)" if norm.changed else ")")), "written": keep,
             "quality": {k: x for k, x in q.to_dict().items() if k in Quality.FIGURES or k == "metric"},
             "gate": {"passed": ok, "thresholds": dict(gate), "failures": list(fails), "forced": not ok and opts.force},
             "latency_ms": r.latency_ms, "reference_latency_ms": r.reference_latency_ms, "slower_than_reference": slower,
@@ -316,6 +534,8 @@ def _convert(
         })  # fmt: skip
         if r.calibration is not None:
             rows[-1]["calibration"] = r.calibration.to_dict(diagram=diagram_name(v["id"]))
+        if extra.get("candidates"):
+            rows[-1]["candidates"] = extra["candidates"]
     for m in made:
         if "error" in m:
             refused.append(m["id"])
@@ -324,11 +544,22 @@ def _convert(
                 "written": False, "quality": {}, "gate": {"passed": False, "thresholds": dict(gate), "failures": [m["error"]], "forced": False},
                 "latency_ms": None, "reference_latency_ms": None, "slower_than_reference": False, "kept_float_nodes": [], "notes": [],
             })  # fmt: skip
+            if m.get("candidates"):
+                rows[-1]["candidates"] = m["candidates"]
 
     # Reference statistics of inputs and outputs (fp32 reference, calibration + validation data) for on-device monitoring.
     from .reference_stats import write_reference_stats
 
-    base["reference_stats"] = write_reference_stats(pkg, [*calib.samples, *val_samples], work / "reference_stats.json", f"{calib_name} + {val_name}", work / "cache", det.profile)
+    stats_samples = [*calib.samples, *val_samples]
+    shapes = [tuple((k, x.shape) for k, x in sorted(smp.items())) for smp in stats_samples]
+    if len(set(shapes)) > 1:  # edge_sdk's ReferenceBuilder sums feeds per last-axis column: one input shape only
+        common = max(set(shapes), key=shapes.count)
+        stats_samples = [smp for smp, sh in zip(stats_samples, shapes) if sh == common]
+        model_notes.append(
+            f"reference statistics over the {len(stats_samples)} of {len(shapes)} samples shaped {dict(common)}: "
+            "edge_sdk's reference statistics summarise inputs per last-axis column, which needs one input shape"
+        )
+    base["reference_stats"] = write_reference_stats(pkg, stats_samples, work / "reference_stats.json", f"{calib_name} + {val_name}", work / "cache", det.profile)
     files["reference_stats.json"] = work / "reference_stats.json"
     if out.exists():
         shutil.rmtree(out)
@@ -343,6 +574,7 @@ def _convert(
         "calibration": {"source": calib_name, "samples": len(calib)},
         "validation": {"source": val_name, "samples": len(val_samples)},
         "gate": dict(gate),
+        "notes": list(model_notes),
         "variants": rows,
     }
     from .report import write_report

@@ -81,6 +81,9 @@ def choose_int8_method(model_path: Path) -> tuple[str, str]:
 
 
 MIN_QDQ_OPSET = 13  # per-channel DequantizeLinear (axis attribute) needs opset 13
+# ORT's MatMulNBitsQuantizer adds Shape/Gather/... helper nodes "valid from opset 11 onward"
+# (onnxruntime/quantization/matmul_nbits_quantizer.py)
+MIN_INT4_OPSET = 11
 
 
 def upgrade_opset(src: Path, dst: Path, target: int = MIN_QDQ_OPSET) -> Path:
@@ -101,21 +104,22 @@ def upgrade_opset(src: Path, dst: Path, target: int = MIN_QDQ_OPSET) -> Path:
     return dst
 
 
-def preprocess(src: Path, dst: Path) -> Path:
+def preprocess(src: Path, dst: Path, notes: list[str] | None = None) -> Path:
     """ORT's recommended pre-processing (symbolic shape inference, graph
     optimisation) before quantization, on a model raised to opset 13 if older;
-    falls back to ONNX shape inference only, then to the model as it is, when
-    the model defeats symbolic shape inference."""
-    from onnxruntime.quantization.shape_inference import quant_pre_process
+    falls back to symbolic inference with ``auto_merge``, to ONNX shape inference
+    only, then to the model as it is, when the model defeats symbolic shape
+    inference (:func:`converters.normalize.infer_shapes`, run in a child process
+    whose cwd is ``dst``'s folder, so no temp file lands in the caller's cwd).
+    What happened is appended to ``notes``."""
+    from .normalize import infer_shapes
 
     src = upgrade_opset(src, dst.with_name(dst.stem + ".opset.onnx"))
-    try:
-        quant_pre_process(str(src), str(dst), skip_symbolic_shape=False)
-    except Exception:  # symbolic shape inference fails on some graphs; ONNX shape inference alone then
-        try:
-            quant_pre_process(str(src), str(dst), skip_symbolic_shape=True)
-        except Exception:
-            shutil.copyfile(src, dst)
+    got, note = infer_shapes(src, dst, dst.parent)
+    if got != dst:
+        shutil.copyfile(got, dst)
+    if notes is not None:
+        notes.append(note)
     name_nodes(dst)
     return dst
 
@@ -185,13 +189,145 @@ def quantize_int8(src: Path, dst: Path, opts: Int8Options, reader_factory: Any =
     return desc + (f" [auto: {why}]" if why else "")
 
 
-def quantize_int4(src: Path, dst: Path, opts: Int4Options) -> str:
-    """MatMulNBits weight-only int4 on every MatMul with a constant 2-D B.
-    Raises QuantizeError when the model has none (nothing would change)."""
+_PASS_THROUGH = ("Transpose", "Reshape", "Identity")  # weight paths folded into an initializer for int4
+
+
+def _const_value(name: str, inits: dict[str, Any], producers: dict[str, Any], depth: int = 0) -> Any:
+    """The numpy value of ``name`` if it is an initializer, or a Transpose / Reshape / Identity
+    chain of one with constant parameters; else None."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    if name in inits:
+        return numpy_helper.to_array(inits[name])
+    n = producers.get(name)
+    if n is None or depth > 8 or n.op_type not in _PASS_THROUGH or n.domain not in ("", "ai.onnx"):
+        return None
+    x = _const_value(n.input[0], inits, producers, depth + 1)
+    if x is None:
+        return None
+    attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+    if n.op_type == "Identity":
+        return x
+    if n.op_type == "Transpose":
+        return np.transpose(x, attrs.get("perm") or None)
+    if len(n.input) < 2 or n.input[1] not in inits:
+        return None
+    shape = [int(v) for v in numpy_helper.to_array(inits[n.input[1]]).reshape(-1)]
+    if not attrs.get("allowzero", 0):  # ONNX Reshape: 0 copies the input's dim
+        shape = [x.shape[i] if v == 0 else v for i, v in enumerate(shape)]
+    try:
+        return x.reshape(shape)
+    except ValueError:
+        return None
+
+
+def prepare_for_int4(model: Any) -> tuple[Any, list[str], dict[str, str]]:
+    """Rewrite ``model`` (in place) so that MatMulNBits can reach every constant weight:
+    a MatMul whose B is a Transpose/Reshape/Identity of an initializer gets the folded
+    weight as a new initializer; a Gemm (``transA`` 0, constant B) becomes MatMul on
+    ``alpha * (B or B^T)`` plus an Add of ``beta * C``. Returns (model, notes,
+    {node: why it cannot be quantized} for MatMul/Gemm that keep an activation weight)."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    g = model.graph
+    inits = {i.name: i for i in g.initializer}
+    producers = {o: n for n in g.node for o in n.output}
+    used = {i.name for i in g.initializer}
+    notes: list[str] = []
+    skipped: dict[str, str] = {}
+    folded = gemms = 0
+
+    def fresh(base: str) -> str:
+        name = base
+        while name in used or name in producers:
+            name += "_"
+        used.add(name)
+        return name
+
+    def add_init(arr: Any, base: str) -> str:
+        name = fresh(base)
+        t = numpy_helper.from_array(np.ascontiguousarray(arr), name)
+        g.initializer.append(t)
+        inits[name] = t
+        return name
+
+    new_nodes = []
+    for n in g.node:
+        if n.domain not in ("", "ai.onnx") or n.op_type not in ("MatMul", "Gemm"):
+            new_nodes.append(n)
+            continue
+        label = n.name or n.output[0]
+        b = n.input[1]
+        w = _const_value(b, inits, producers)
+        if w is None:
+            skipped[label] = "its weight B is computed from activations (e.g. attention scores), not a constant"
+            new_nodes.append(n)
+            continue
+        if w.dtype != np.float32:
+            skipped[label] = f"its weight is {w.dtype}, MatMulNBits quantizes float32 weights"
+            new_nodes.append(n)
+            continue
+        if n.op_type == "MatMul":
+            if b not in inits:
+                n.input[1] = add_init(w, f"{b}_folded")
+                folded += 1
+            new_nodes.append(n)
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+        if attrs.get("transA", 0):
+            skipped[label] = "Gemm with transA=1 (its input, not its weight, is transposed)"
+            new_nodes.append(n)
+            continue
+        alpha, beta = float(attrs.get("alpha", 1.0)), float(attrs.get("beta", 1.0))
+        wt = w.T if attrs.get("transB", 0) else w
+        if alpha != 1.0:
+            wt = wt * np.float32(alpha)
+        c = n.input[2] if len(n.input) > 2 and n.input[2] else None
+        c_val = _const_value(c, inits, producers) if c else None
+        if c and c_val is None and beta != 1.0:
+            skipped[label] = "Gemm with an activation bias C and beta != 1"
+            new_nodes.append(n)
+            continue
+        wname = add_init(wt.astype(np.float32), f"{b}_matmul")
+        mm_out = n.output[0] if c is None else fresh(f"{n.output[0]}_matmul")
+        new_nodes.append(helper.make_node("MatMul", [n.input[0], wname], [mm_out], name=fresh(f"{label}_matmul")))
+        if c is not None:
+            cname = c if c_val is None else add_init((c_val * np.float32(beta)).astype(np.float32), f"{c}_bias")
+            new_nodes.append(helper.make_node("Add", [mm_out, cname], [n.output[0]], name=fresh(f"{label}_bias")))
+        gemms += 1
+    del g.node[:]
+    g.node.extend(new_nodes)
+    # drop the Transpose/Reshape nodes (and initializers) nothing reads any more
+    while True:
+        read = {i for n in g.node for i in n.input} | {o.name for o in g.output}
+        dead = [n for n in g.node if n.op_type in _PASS_THROUGH and not any(o in read for o in n.output)]
+        if not dead:
+            break
+        for n in dead:
+            g.node.remove(n)
+    read = {i for n in g.node for i in n.input} | {o.name for o in g.output}
+    for t in [t for t in g.initializer if t.name not in read]:
+        g.initializer.remove(t)
+    if folded:
+        notes.append(f"int4: {folded} MatMul weight(s) folded from a Transpose/Reshape of an initializer")
+    if gemms:
+        notes.append(f"int4: {gemms} Gemm(s) rewritten as MatMul (+ Add of the bias) so that MatMulNBits applies")
+    return model, notes, skipped
+
+
+def quantize_int4(src: Path, dst: Path, opts: Int4Options, notes: list[str] | None = None) -> str:
+    """MatMulNBits weight-only int4 on every MatMul (and Gemm, rewritten as MatMul) whose
+    weight is constant: an initializer, or a Transpose/Reshape of one
+    (:func:`prepare_for_int4`). Raises QuantizeError when the model has none (nothing
+    would change). The MatMul/Gemm left in float, and why, are appended to ``notes``."""
     import onnx
     from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
 
     model = onnx.load(str(src))
+    total = sum(1 for nd in model.graph.node if nd.op_type in ("MatMul", "Gemm") and nd.domain in ("", "ai.onnx"))
+    model, prep_notes, skipped = prepare_for_int4(model)
     cfg = DefaultWeightOnlyQuantConfig(block_size=opts.block_size, is_symmetric=opts.symmetric, accuracy_level=opts.accuracy_level)
     q = MatMulNBitsQuantizer(model, algo_config=cfg)
     log = logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer")
@@ -204,10 +340,18 @@ def quantize_int4(src: Path, dst: Path, opts: Int4Options) -> str:
     out = q.model.model if hasattr(q.model, "model") else q.model
     n = sum(1 for nd in out.graph.node if nd.op_type == "MatMulNBits")
     if n == 0:
-        raise QuantizeError("no MatMul with a constant 2-D fp32 weight to quantize (MatMulNBits covers only those)")
+        why = f" ({len(skipped)} MatMul/Gemm, each with a weight computed from activations or not float32)" if skipped else ""
+        raise QuantizeError(f"no MatMul or Gemm with a constant 2-D fp32 weight to quantize (MatMulNBits covers only those){why}")
+    left = [nd.name or nd.output[0] for nd in out.graph.node if nd.op_type in ("MatMul", "Gemm") and nd.domain in ("", "ai.onnx")]
+    for name in left:
+        skipped.setdefault(name, "MatMulNBits did not take it (a weight that is not 2-D, or N-D with non-unit leading dims)")
     onnx.save(out, str(dst))
+    if notes is not None:
+        notes.extend(prep_notes)
+        notes.append(f"int4: {n} of {total} MatMul/Gemm quantized to MatMulNBits; {len(left)} kept in float")
+        notes.extend(f"int4: {k} kept in float: {v}" for k, v in skipped.items() if k in left)
     return (
-        f"int4 weight-only MatMulNBits on {n} MatMul(s), block {opts.block_size}, "
+        f"int4 weight-only MatMulNBits on {n} of {total} MatMul/Gemm, block {opts.block_size}, "
         f"{'symmetric' if opts.symmetric else 'asymmetric'}, accuracy_level {opts.accuracy_level}"
     )
 
@@ -235,11 +379,13 @@ def parse_targets(text: str) -> tuple[str, ...]:
     return items
 
 
-def quantize_target(target: str, src: Path, dst: Path, *, int8: Int8Options, int4: Int4Options, reader_factory: Any) -> str:
-    """Dispatch one target (a table, not an if-chain)."""
+def quantize_target(
+    target: str, src: Path, dst: Path, *, int8: Int8Options, int4: Int4Options, reader_factory: Any, notes: list[str] | None = None
+) -> str:
+    """Dispatch one target (a table, not an if-chain); ``notes`` collects what the target's step reports."""
     table = {
         "int8": lambda: quantize_int8(src, dst, int8, reader_factory),
-        "int4": lambda: quantize_int4(src, dst, int4),
+        "int4": lambda: quantize_int4(src, dst, int4, notes),
         "fp16": lambda: convert_fp16(src, dst),
     }
     return table[target]()

@@ -23,14 +23,18 @@ Schema (``?`` = optional key; values after ``|`` are alternatives)::
      "calibration"?: {"source": str, "samples": int} | None,
      "validation"?: {"source": str, "samples": int} | None,
      "gate"?: {figure: number},              # the default thresholds, listed in report.md
+     "notes"?: [str],                        # graph normalisation, assumed dim bounds (a section of report.md)
      "variants": [{
         "id": str, "backend": str, "precision": str, "file": str|None (never made), "size": int (bytes),
         "method": str, "written": bool,
-        "quality": {cosine?, max_abs_error?, top1_agreement?, top5_agreement?, value?: number,
+        "quality": {cosine?, max_abs_error?, top1_agreement?, top5_agreement?, value?,
+                    position_agreement?, sequence_exact_match?, edit_distance?, box_recall?, box_iou?, mask_iou?: number,
                     metric?: str, reference?: str, dataset?: str, samples?: int},   # may be {}
         "gate": {"passed": bool, "thresholds"?: {figure: number}, "failures"?: [str], "forced"?: bool},
         "latency_ms"?: number|None, "reference_latency_ms"?: number|None,
         "slower_than_reference"?: bool, "kept_float_nodes"?: [str], "notes"?: [str],
+        "candidates"?: [{"method": str, "passed": bool, "chosen": bool, "quality": {figure: number},
+                         "latency_ms"?: number|None, "reference_latency_ms"?: number|None, "error"?: str, "why"?: str}],
         "calibration"?: {"n_bins": int, "samples": int, "before": {ece, mce, brier, nll, ...},
                          "after"?: {...} | None, "temperature"?: number|None, "fitted"?: bool,
                          "fitted_on"?: str, "diagram"?: str}}, ...]}
@@ -59,10 +63,12 @@ __all__ = ["REPORT_FILES", "gate_status", "render_markdown", "validate_report", 
 
 REPORT_FILES = {"json": "report.json", "md": "report.md", "png": "report.png"}
 
-_QUALITY_NUMS = ("cosine", "max_abs_error", "top1_agreement", "top5_agreement", "value")
+_TASK_NUMS = ("position_agreement", "sequence_exact_match", "edit_distance", "box_recall", "box_iou", "mask_iou")
+_QUALITY_NUMS = ("cosine", "max_abs_error", "top1_agreement", "top5_agreement", "value", *_TASK_NUMS)
 _QUALITY_KEYS = (*_QUALITY_NUMS, "metric", "reference", "dataset", "samples")
 _VARIANT_REQUIRED = ("id", "backend", "precision", "file", "size", "method", "written", "quality", "gate")
-_VARIANT_OPTIONAL = ("latency_ms", "reference_latency_ms", "slower_than_reference", "kept_float_nodes", "notes", "calibration")
+_VARIANT_OPTIONAL = ("latency_ms", "reference_latency_ms", "slower_than_reference", "kept_float_nodes", "notes", "calibration", "candidates")
+_CANDIDATE_KEYS = ("method", "passed", "chosen", "quality", "latency_ms", "reference_latency_ms", "error", "why")
 _GATE_COLORS = {"PASS": "#2e7d32", "FAIL": "#c62828", "FORCED": "#ef6c00"}
 _MAX_LISTED_NODES = 50
 
@@ -153,6 +159,8 @@ def validate_report(report: Mapping[str, Any]) -> None:
             c.typed(data["samples"], int, f"{k}.samples")
     if "gate" in report:
         _thresholds(c, report["gate"], "gate")
+    if "notes" in report:
+        c.strings(report["notes"], "notes")
     ref = c.typed(report["reference"], str, "reference")
     variants = c.typed(report["variants"], (list, tuple), "variants")
     if not variants:
@@ -199,6 +207,20 @@ def validate_report(report: Mapping[str, Any]) -> None:
         for k in ("kept_float_nodes", "notes"):
             if k in v:
                 c.strings(v[k], f"{w}.{k}")
+        for j, cand in enumerate(c.typed(v.get("candidates", []), (list, tuple), f"{w}.candidates")):
+            cw = f"{w}.candidates[{j}]"
+            c.mapping(cand, cw)
+            c.keys(cand, ("method", "passed", "chosen", "quality"), _CANDIDATE_KEYS[4:], cw)
+            c.typed(cand["method"], str, f"{cw}.method")
+            c.typed(cand["passed"], bool, f"{cw}.passed")
+            c.typed(cand["chosen"], bool, f"{cw}.chosen")
+            for k, x in c.mapping(cand["quality"], f"{cw}.quality").items():
+                c.number(x, f"{cw}.quality.{k}", nullable=True)
+            c.number(cand.get("latency_ms"), f"{cw}.latency_ms", nullable=True, positive=True)
+            c.number(cand.get("reference_latency_ms"), f"{cw}.reference_latency_ms", nullable=True, positive=True)
+            for k in ("error", "why"):
+                if k in cand:
+                    c.typed(cand[k], str, f"{cw}.{k}")
         if v.get("calibration") is not None:
             from .calibration_quality import check_calibration_entry
 
@@ -330,6 +352,9 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         metric = "—"
         if q.get("metric") is not None or q.get("value") is not None:
             metric = f"{_md(q.get('metric') or 'metric')} {_num(q.get('value'), '.4g')}"
+        task_figs = [f"{k} {_num(q[k], '.4g')}" for k in _TASK_NUMS if q.get(k) is not None]
+        if task_figs:
+            metric = "; ".join(([] if metric == "—" else [metric]) + task_figs)
         cosine = q.get("cosine")
         if cosine is None and is_ref:
             cosine_text = "1 (ref)"
@@ -367,11 +392,32 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         f"![size, latency and cosine per variant]({REPORT_FILES['png']})",
         "",
     ]
+    if report.get("notes"):
+        lines += ["## Normalisation and assumptions", "", *(f"- {_md(n)}" for n in report["notes"]), ""]
+    lines += _candidates_section(variants)
     lines += _calibration_section(variants)
     detail = _details(variants, ref)
     if detail:
         lines += ["## Gate failures and notes", "", *detail]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _candidates_section(variants: list[Mapping[str, Any]]) -> list[str]:
+    """report.md's "Candidates" table: the int8 forms that were made and measured, and which one was kept."""
+    out: list[str] = []
+    for v in variants:
+        cands = v.get("candidates") or []
+        if not cands:
+            continue
+        out += [f"## Candidates for `{_md(v['id'])}`", "", "| method | gate | quality | latency ms | fp32 ms | kept | why |", "|---|---|---|--:|--:|---|---|"]
+        for cand in cands:
+            qual = ", ".join(f"{k} {_num(x, '.4g')}" for k, x in cand["quality"].items()) or _md(cand.get("error", "—"))
+            out.append(
+                f"| {_md(cand['method'])} | {'PASS' if cand['passed'] else 'FAIL'} | {qual} | {_num(cand.get('latency_ms'), '.3f')} "
+                f"| {_num(cand.get('reference_latency_ms'), '.3f')} | {'**yes**' if cand['chosen'] else 'no'} | {_md(cand.get('why', ''))} |"
+            )
+        out.append("")
+    return out
 
 
 def _calibration_section(variants: list[Mapping[str, Any]]) -> list[str]:

@@ -10,7 +10,14 @@ variant forced, so the same runtime path as on a device is measured):
 - ``top5_agreement``: the reference's top-1 class is in the variant's top-5;
 - a task metric when labels are given: ``accuracy`` for classification;
   ``f1@iou0.5`` for detection (IoU-matched precision and recall are in the notes),
-  with detection outputs read as ``[1, N, 6+]`` rows of ``x1, y1, x2, y2, score, class``.
+  with detection outputs read as ``[1, N, 6+]`` rows of ``x1, y1, x2, y2, score, class``;
+- task figures against the reference (no labels needed), which the default gates use
+  (:data:`DEFAULT_GATES`; cosine stays a reported diagnostic):
+  ``sequence``: ``position_agreement`` (per-position argmax), ``sequence_exact_match`` and
+  ``edit_distance`` of the greedy-CTC-decoded sequences (repeats collapsed, blank removed);
+  ``detection``: ``box_recall`` and ``box_iou`` of the variant's boxes against the reference's
+  (decoded by the package's detection decoder, else output rows); ``segmentation``: ``mask_iou``
+  of argmax masks (one channel: thresholded at 0.5).
 
 Latency: median wall time of ``Model.predict`` at batch 1, variants interleaved
 in rounds so drift of the machine's speed hits all of them alike.
@@ -39,9 +46,15 @@ from .errors import ConverterError
 DEFAULT_GATES: dict[str, dict[str, float]] = {
     # cosine >= 0.99 and top-1 agreement >= 98 % for classification (the issue's defaults)
     "classification": {"cosine": 0.99, "top1_agreement": 0.98},
+    # what a reader of the decoded text sees: 90 % of lines identical, 2 % of characters edited at most
+    "sequence": {"sequence_exact_match": 0.9, "edit_distance": 0.02},
+    # the reference's boxes found again (IoU >= 0.5, same class), and found where they were
+    "detection": {"box_recall": 0.9, "box_iou": 0.8},
+    "segmentation": {"mask_iou": 0.9},
 }
 FALLBACK_GATE: dict[str, float] = {"cosine": 0.99}
-MAXIMA = frozenset({"max_abs_error"})  # gate figures that are upper bounds
+MAXIMA = frozenset(Quality.MAXIMA)  # gate figures that are upper bounds (max_abs_error, edit_distance, perplexity, ...)
+SCORE_THRESHOLD = 0.25  # detection rows (and decoded boxes) below this score are not boxes
 SLOWER_MARGIN = 1.03  # "slower than the reference" means over 3 % slower: medians of this size move ~1-2 % run to run
 
 
@@ -50,8 +63,9 @@ class ValidationError(ConverterError, ValueError):
 
 
 def default_gate(task: str) -> dict[str, float]:
-    """The default gate thresholds for ``task`` (a copy); tasks without their own get ``FALLBACK_GATE`` (cosine >=
-    0.99)."""
+    """The default gate thresholds for ``task`` (a copy): classification cosine >= 0.99 and top-1 agreement >= 0.98;
+    sequence exact match >= 0.9 and edit distance <= 0.02; detection box recall >= 0.9 and box IoU >= 0.8;
+    segmentation mask IoU >= 0.9; other tasks ``FALLBACK_GATE`` (cosine >= 0.99)."""
     return dict(DEFAULT_GATES.get(task, FALLBACK_GATE))
 
 
@@ -129,6 +143,143 @@ def detection_precision_recall(
     return precision, recall
 
 
+def ctc_decode(ids: np.ndarray, blank: int = 0) -> list[int]:
+    """Greedy CTC decoding of per-position class ids: collapse repeats, then drop ``blank``."""
+    out: list[int] = []
+    prev = None
+    for t in ids.tolist():
+        if t != prev and t != blank:
+            out.append(int(t))
+        prev = t
+    return out
+
+
+def edit_distance(a: Sequence[int], b: Sequence[int]) -> int:
+    """Levenshtein distance (insertions, deletions, substitutions each 1)."""
+    if len(a) < len(b):
+        a, b = b, a
+    prev = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        cur = [i]
+        for j, y in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
+        prev = cur
+    return prev[-1]
+
+
+def sequence_figures(ref: Sequence[np.ndarray], got: Sequence[np.ndarray], blank: int = 0) -> dict[str, float]:
+    """``position_agreement``, ``sequence_exact_match`` and ``edit_distance`` (mean of Levenshtein distance over the
+    longer decoded sequence's length, 0 when both are empty) of per-sample ``[batch, positions, classes]`` scores."""
+    agree = total = exact = rows = 0
+    dist = 0.0
+    for r, g in zip(ref, got):
+        if r.shape != g.shape or r.ndim != 3:
+            raise ValidationError(f"sequence outputs: expected matching [batch, positions, classes] arrays, got {r.shape} and {g.shape}")
+        ra, ga = r.argmax(-1), g.argmax(-1)
+        agree += int((ra == ga).sum())
+        total += ra.size
+        for i in range(ra.shape[0]):
+            a, b = ctc_decode(ra[i], blank), ctc_decode(ga[i], blank)
+            exact += a == b
+            dist += edit_distance(a, b) / max(len(a), len(b), 1)
+            rows += 1
+    return {
+        "position_agreement": agree / total if total else 1.0,
+        "sequence_exact_match": exact / rows if rows else 1.0,
+        "edit_distance": dist / rows if rows else 0.0,
+    }
+
+
+def box_agreement(ref: Sequence[np.ndarray], got: Sequence[np.ndarray], *, iou: float = 0.5) -> tuple[float, float, float, int]:
+    """(box recall, mean IoU, precision, reference boxes) of the variant's boxes ``got[i]`` [N, 6] (x1, y1, x2, y2,
+    score, class) against the reference's ``ref[i]``, both already filtered by score: greedy one-to-one matching per
+    image, reference boxes by descending score, same class only. The mean IoU is over reference boxes (0 when
+    unmatched); with no reference boxes at all, recall and IoU are 1 when the variant found none either, else 0."""
+    found = n_ref = n_got = 0
+    ious: list[float] = []
+    for r, g in zip(ref, got):
+        n_ref += len(r)
+        n_got += len(g)
+        if not len(r):
+            continue
+        r = r[np.argsort(-r[:, 4], kind="stable")]
+        m = box_iou(r[:, :4], g[:, :4]) if len(g) else np.zeros((len(r), 0))
+        used = np.zeros(len(g), bool)
+        for i in range(len(r)):
+            cand = [(m[i, j], j) for j in range(len(g)) if not used[j] and int(g[j, 5]) == int(r[i, 5])]
+            best = max(cand) if cand else (0.0, -1)
+            if best[1] >= 0 and best[0] >= iou:
+                used[best[1]] = True
+                found += 1
+            ious.append(float(best[0]) if best[1] >= 0 else 0.0)
+    if n_ref == 0:
+        v = 1.0 if n_got == 0 else 0.0
+        return v, v, v, 0
+    return found / n_ref, float(np.mean(ious)), (found / n_got if n_got else 0.0), n_ref
+
+
+def mask_iou(ref: Sequence[np.ndarray], got: Sequence[np.ndarray], layout: str = "NCHW") -> tuple[float, str]:
+    """(mean mask IoU, how masks were made): per sample, argmax over the channel axis (``layout`` NCHW: axis 1, NHWC:
+    the last; NHW or one channel: the mask is ``score >= 0.5``, or ``>= 0`` when the scores leave [0, 1], i.e. logits),
+    then the IoU of each class present in either mask, averaged (a sample where both masks are empty counts 1)."""
+    vals: list[float] = []
+    how = ""
+    for r, g in zip(ref, got):
+        if r.shape != g.shape:
+            raise ValidationError(f"segmentation outputs: expected matching shapes, got {r.shape} and {g.shape}")
+        for i in range(r.shape[0]):
+            a, b = r[i], g[i]
+            c_ax = None if layout == "NHW" or a.ndim < 3 else (0 if layout == "NCHW" else a.ndim - 1)
+            if c_ax is not None and a.shape[c_ax] > 1:
+                ma, mb = a.argmax(c_ax), b.argmax(c_ax)
+                how = f"argmax over {a.shape[c_ax]} channels"
+            else:
+                a2 = a if c_ax is None else a.take(0, axis=c_ax)
+                b2 = b if c_ax is None else b.take(0, axis=c_ax)
+                t = 0.5 if float(a2.min()) >= 0.0 and float(a2.max()) <= 1.0 else 0.0
+                ma, mb = (a2 >= t).astype(np.int64), (b2 >= t).astype(np.int64)
+                how = f"one channel thresholded at {t:g}"
+                ma, mb = np.where(ma > 0, 1, -1), np.where(mb > 0, 1, -1)  # background is not a class here
+            per = []
+            for k in np.union1d(np.unique(ma), np.unique(mb)):
+                if k < 0:
+                    continue
+                inter = np.logical_and(ma == k, mb == k).sum()
+                union = np.logical_or(ma == k, mb == k).sum()
+                per.append(inter / union if union else 1.0)
+            vals.append(float(np.mean(per)) if per else 1.0)
+    return (float(np.mean(vals)) if vals else 1.0), how
+
+
+Outputs = Mapping[str, "np.ndarray | Sequence[np.ndarray]"]
+
+
+def per_sample(v: np.ndarray | Sequence[np.ndarray]) -> list[np.ndarray]:
+    """One output over samples as a list of per-sample arrays (a stacked array is split along axis 0)."""
+    if isinstance(v, np.ndarray):
+        return [v[i : i + 1] for i in range(v.shape[0])]
+    return [np.asarray(x) for x in v]
+
+
+def stack_outputs(per: Mapping[str, Sequence[np.ndarray]]) -> dict[str, np.ndarray | list[np.ndarray]]:
+    """Per-sample outputs stacked along axis 0 where every sample's shape agrees; kept as a list where shapes vary
+    (dynamic dims: a text line's positions follow its width)."""
+    out: dict[str, np.ndarray | list[np.ndarray]] = {}
+    for k, v in per.items():
+        out[k] = np.concatenate(v, axis=0) if len({x.shape[1:] for x in v}) <= 1 else list(v)
+    return out
+
+
+def detection_rows(decoded: Any) -> np.ndarray:
+    """A decoder's detections (an object with ``xyxy``, ``scores``, ``class_ids``, or a list of them) as [N, 6] rows."""
+    items = decoded if isinstance(decoded, (list, tuple)) else [decoded]
+    rows = [
+        np.column_stack([np.asarray(d.xyxy, np.float64).reshape(-1, 4), np.asarray(d.scores, np.float64).reshape(-1), np.asarray(d.class_ids, np.float64).reshape(-1)])
+        for d in items if d is not None
+    ]  # fmt: skip
+    return np.concatenate(rows) if rows else np.zeros((0, 6))
+
+
 @dataclass(frozen=True)
 class Comparison:
     """The quality figures of one variant's outputs against the reference's, with notes on what could not be measured."""
@@ -137,27 +288,47 @@ class Comparison:
 
 
 def compare(
-    ref: Mapping[str, np.ndarray],
-    got: Mapping[str, np.ndarray],
+    ref: Outputs,
+    got: Outputs,
     *,
     task: str,
     class_output: str | None,
     labels: Sequence[Any] | None,
     reference_id: str,
     dataset: str,
+    blank: int = 0,
+    ref_boxes: Sequence[np.ndarray] | None = None,
+    got_boxes: Sequence[np.ndarray] | None = None,
+    seg_layout: str = "NCHW",
 ) -> Comparison:
-    """Quality of ``got`` against ``ref`` (outputs stacked over samples on axis 0)."""
+    """Quality of ``got`` against ``ref``: per output name, either an array stacked over samples on axis 0 or a list
+    of per-sample arrays (shapes that vary from sample to sample).
+
+    Task figures: ``sequence`` (CTC/token outputs ``[batch, positions, classes]``, the first rank-3 output):
+    position agreement, decoded exact match and edit distance (``blank`` is the CTC blank index); ``detection``: box
+    recall and IoU of the variant's boxes against the reference's (``ref_boxes``/``got_boxes``, decoded [N, 6] rows per
+    sample, when the package has a detection decoder; else the first output read as ``[1, N, 6+]`` rows, score >=
+    0.25); ``segmentation``: mask IoU (the first output, ``seg_layout``). A task figure that cannot be measured is
+    left out, with a note saying why."""
     names = sorted(ref)
-    a = np.concatenate([ref[n].astype(np.float64).ravel() for n in names])
-    b = np.concatenate([got[n].astype(np.float64).ravel() for n in names])
-    n = next(iter(ref.values())).shape[0]
-    kw: dict[str, Any] = {"reference": reference_id, "cosine": round(_cosine(a, b), 6), "max_abs_error": float(np.abs(a - b).max()), "dataset": dataset, "samples": n}
+    rs = {k: per_sample(ref[k]) for k in names}
+    gs = {k: per_sample(got[k]) for k in names}
+    a = np.concatenate([x.astype(np.float64).ravel() for k in names for x in rs[k]])
+    b = np.concatenate([x.astype(np.float64).ravel() for k in names for x in gs[k]])
+    n = len(rs[names[0]])
+    if a.shape != b.shape:
+        raise ValidationError(f"outputs differ in size from the reference's ({b.size} vs {a.size} values)")
+    kw: dict[str, Any] = {"reference": reference_id, "cosine": round(_cosine(a, b), 6), "max_abs_error": float(np.abs(a - b).max()) if a.size else 0.0, "dataset": dataset, "samples": n}
     notes: list[str] = []
+    stacked = {k: ref[k] if isinstance(ref[k], np.ndarray) else None for k in names}
     co = class_output
-    if co is None and task != "detection" and len(names) == 1 and ref[names[0]].ndim == 2 and ref[names[0]].shape[1] > 1:
-        co = names[0]
-    if co is not None:
-        r, g = ref[co].reshape(n, -1), got[co].reshape(n, -1)
+    if co is None and task not in ("detection", "sequence", "segmentation") and len(names) == 1:
+        r0 = stacked[names[0]]
+        if r0 is not None and r0.ndim == 2 and r0.shape[1] > 1:
+            co = names[0]
+    if co is not None and isinstance(ref[co], np.ndarray) and isinstance(got[co], np.ndarray):
+        rc, gc = np.asarray(ref[co]), np.asarray(got[co])
+        r, g = rc.reshape(n, -1), gc.reshape(n, -1)
         r1 = r.argmax(1)
         kw["top1_agreement"] = float((g.argmax(1) == r1).mean())
         k = min(5, g.shape[1])
@@ -168,15 +339,48 @@ def compare(
             if y.shape != (n,):
                 raise ValidationError(f"labels: expected {n} class indices, got shape {y.shape}")
             kw["metric"], kw["value"] = "accuracy", float((g.argmax(1) == y).mean())
-    if task == "detection" and labels is not None:
-        out = got[names[0]]
-        preds = [out[i].reshape(-1, out.shape[-1]) for i in range(n)]
-        truths = [np.asarray(t, dtype=np.float64).reshape(-1, 5) for t in labels]
-        if len(truths) != n:
-            raise ValidationError(f"labels: expected boxes for {n} samples, got {len(truths)}")
-        p, rcl = detection_precision_recall(preds, truths)
-        kw["metric"], kw["value"] = "f1@iou0.5", (2 * p * rcl / (p + rcl) if p + rcl else 0.0)
-        notes.append(f"IoU-matched precision {p:.4f}, recall {rcl:.4f} (IoU 0.5, score >= 0.25)")
+    if task == "sequence":
+        seq = next((k for k in names if rs[k][0].ndim == 3), None)
+        if seq is None:
+            notes.append(f"sequence figures not measured: no output is [batch, positions, classes] (shapes {[rs[k][0].shape for k in names]})")
+        else:
+            kw.update(sequence_figures(rs[seq], gs[seq], blank))
+            notes.append(f"sequence figures on output {seq!r} (greedy CTC decoding, blank {blank})")
+    if task == "detection":
+        if ref_boxes is not None and got_boxes is not None:
+            rb, gb, src = list(ref_boxes), list(got_boxes), "decoded by the package's detection decoder"
+        else:
+            det = next((k for k in names if rs[k][0].ndim == 3 and rs[k][0].shape[-1] >= 6), None)
+            rb = gb = None
+            if det is None:
+                notes.append(f"box figures not measured: no output is [1, N, 6+] rows and the package has no detection decoder (shapes {[rs[k][0].shape for k in names]})")
+            else:
+                rb = [x.reshape(-1, x.shape[-1])[:, :6].astype(np.float64) for x in rs[det]]
+                gb = [x.reshape(-1, x.shape[-1])[:, :6].astype(np.float64) for x in gs[det]]
+                src = f"rows of output {det!r}"
+        if rb is not None and gb is not None:
+            keep = lambda x: x[x[:, 4] >= SCORE_THRESHOLD] if len(x) else x.reshape(0, 6)  # noqa: E731
+            rec, iou, prec, nref = box_agreement([keep(x) for x in rb], [keep(x) for x in gb])
+            kw["box_recall"], kw["box_iou"] = rec, iou
+            notes.append(f"box figures ({src}, score >= {SCORE_THRESHOLD}): {nref} reference box(es), recall {rec:.4f}, mean IoU {iou:.4f}, precision {prec:.4f}")
+        if labels is not None:
+            out = got[names[0]]
+            if not isinstance(out, np.ndarray):
+                raise ValidationError("detection labels: the first output varies in shape between samples; expected [1, N, 6+] rows")
+            preds = [out[i].reshape(-1, out.shape[-1]) for i in range(n)]
+            truths = [np.asarray(t, dtype=np.float64).reshape(-1, 5) for t in labels]
+            if len(truths) != n:
+                raise ValidationError(f"labels: expected boxes for {n} samples, got {len(truths)}")
+            p, rcl = detection_precision_recall(preds, truths)
+            kw["metric"], kw["value"] = "f1@iou0.5", (2 * p * rcl / (p + rcl) if p + rcl else 0.0)
+            notes.append(f"IoU-matched precision {p:.4f}, recall {rcl:.4f} (IoU 0.5, score >= 0.25)")
+    if task == "segmentation":
+        seg = names[0]
+        if rs[seg][0].ndim < 3:
+            notes.append(f"mask IoU not measured: output {seg!r} is {rs[seg][0].shape}, expected [1, C, H, W], [1, H, W, C] or [1, H, W]")
+        else:
+            kw["mask_iou"], how = mask_iou(rs[seg], gs[seg], seg_layout if rs[seg][0].ndim == 4 else "NHW")
+            notes.append(f"mask IoU on output {seg!r} ({how})")
     return Comparison(Quality(**kw), tuple(notes))
 
 
@@ -250,15 +454,23 @@ class Measurer:
         specs = {s.name: s for s in m.inputs_for(m.variant(vid))}
         return {k: adapt(v, ref_specs[k], specs[k]) for k, v in sample.items()}
 
-    def outputs(self, vid: str, samples: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
-        """Run variant ``vid`` on each sample and return its outputs, concatenated along the batch axis per output name."""
+    def outputs(self, vid: str, samples: Sequence[Mapping[str, np.ndarray]]) -> dict[str, Any]:
+        """Run variant ``vid`` on each sample and return its outputs, concatenated along the batch axis per output name
+        (a list of per-sample arrays where their shapes vary, :func:`stack_outputs`)."""
+        return self.outputs_and_boxes(vid, samples)[0]
+
+    def outputs_and_boxes(self, vid: str, samples: Sequence[Mapping[str, np.ndarray]]) -> tuple[dict[str, Any], list[np.ndarray] | None]:
+        """:meth:`outputs`, and with a detection decoder each sample's decoded boxes as [N, 6] rows (else None)."""
         model = self.model(vid)
         per: dict[str, list[np.ndarray]] = {}
+        boxes: list[np.ndarray] | None = [] if self.pkg.manifest.decoder.kind == "detection" else None
         for s in samples:
             r = model.predict(self.feeds(vid, s))
             for k, v in r.outputs.items():
                 per.setdefault(k, []).append(np.asarray(v))
-        return {k: np.concatenate(v, axis=0) for k, v in per.items()}
+            if boxes is not None:
+                boxes.append(detection_rows(r.decoded))
+        return stack_outputs(per), boxes
 
     def latencies(self, vids: Sequence[str], sample: Mapping[str, np.ndarray], *, rounds: int = 15, per_round: int = 10, budget_s: float = 20.0) -> dict[str, float]:
         """Median ms per ``predict`` call, variants interleaved (order rotated per round)."""
@@ -296,6 +508,7 @@ def validate_package(
     fit_labels: Sequence[int] | None = None,
     fit_source: str | None = None,
     n_bins: int = DEFAULT_BINS,
+    blank: int = 0,
 ) -> dict[str, VariantReport]:
     """Measure every variant against the reference. ``samples`` are laid out for
     the package-level input specs (the reference's).
@@ -303,7 +516,8 @@ def validate_package(
     With a classification decoder and class ``labels``, each report's ``calibration`` holds the ECE (``n_bins``
     bins) on the raw scores and after the variant's manifest ``temperature``; with ``calibrate_temperature`` a
     temperature is fitted per variant instead, on ``fit_samples``/``fit_labels`` when given (``fit_source`` names
-    them), else on ``samples``/``labels`` themselves (then the after figures are optimistic)."""
+    them), else on ``samples``/``labels`` themselves (then the after figures are optimistic). ``blank``: the CTC blank
+    index for ``task = "sequence"`` (:func:`compare`)."""
     pkg = package if isinstance(package, ModelPackage) else ModelPackage.open(package)
     m = pkg.manifest
     if not samples:
@@ -311,7 +525,8 @@ def validate_package(
     ref = m.reference_variant
     meas = Measurer(pkg, profile, threads, cache_dir)
     try:
-        ref_out = meas.outputs(ref.id, samples)
+        ref_out, ref_boxes = meas.outputs_and_boxes(ref.id, samples)
+        seg_layout = str(m.decoder.param("layout", "NCHW")) if m.decoder.kind == "segmentation" else "NCHW"
         class_output = m.decoder.output if m.decoder.kind == "classification" else None
         if m.decoder.kind == "classification" and class_output is None:
             class_output = m.outputs[0].name
@@ -322,8 +537,11 @@ def validate_package(
             raise ValidationError(f"fit_labels: expected {len(fit_samples)} class indices for the temperature-fitting samples")
         out: dict[str, VariantReport] = {}
         for v in m.variants:
-            got = ref_out if v.id == ref.id else meas.outputs(v.id, samples)
-            c = compare(ref_out, got, task=m.task, class_output=class_output, labels=labels, reference_id=ref.id, dataset=dataset)
+            got, got_boxes = (ref_out, ref_boxes) if v.id == ref.id else meas.outputs_and_boxes(v.id, samples)
+            c = compare(
+                ref_out, got, task=m.task, class_output=class_output, labels=labels, reference_id=ref.id, dataset=dataset,
+                blank=blank, ref_boxes=ref_boxes, got_boxes=got_boxes, seg_layout=seg_layout,
+            )  # fmt: skip
             cal = None
             if calibrated:
                 n = got[class_output].shape[0]

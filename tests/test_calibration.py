@@ -446,3 +446,21 @@ def test_bad_inputs_name_the_file(
     assert path.name in msg, msg
     for frag in (fragment,) if isinstance(fragment, str) else fragment:
         assert frag in msg, msg
+
+
+def test_npz_with_one_array_per_sample_of_varying_shape(tmp_path: Path) -> None:
+    """Per-sample .npz (np.savez(f, *samples), or <input>/<i> keys): shapes may differ between samples;
+    a sample without its batch axis gets one; a sample of another rank is an error naming its key."""
+    from converters.calibration import CalibrationError, load_data
+    from edge_sdk.package import TensorSpec
+
+    spec = TensorSpec("x", "float32", ("b", 3, "w"), dim_bounds=(("b", 1, 1), ("w", 1, 64)))
+    arrs = [np.ones((1, 3, w), np.float32) * w for w in (8, 16, 4)] + [np.ones((3, 10), np.float32)]
+    np.savez(tmp_path / "pos.npz", *arrs, labels=np.array([0, 1, 0, 1]))
+    ds = load_data(tmp_path / "pos.npz", [spec], progress=False)
+    assert [s["x"].shape for s in ds.samples] == [(1, 3, 8), (1, 3, 16), (1, 3, 4), (1, 3, 10)] and ds.labels == (0, 1, 0, 1)
+    np.savez(tmp_path / "named.npz", **{f"x/{i}": a for i, a in enumerate(arrs[:2])})
+    assert len(load_data(tmp_path / "named.npz", [spec], progress=False)) == 2
+    np.savez(tmp_path / "bad.npz", np.ones((1, 1, 3, 8), np.float32))
+    with pytest.raises(CalibrationError, match="arr_0"):
+        load_data(tmp_path / "bad.npz", [spec], progress=False)

@@ -39,7 +39,7 @@ DECODER_PARAMS: dict[str, dict[str, tuple[type, ...]]] = {
     "segmentation": {"layout": (str,), "activation": (str,), "threshold": (int, float), "upsample": (str,), "keep_probabilities": (bool,)},
 }  # fmt: skip
 DETECTION_FORMATS = ("blazeface", "yolo")
-TASKS = ("classification", "detection", "segmentation", "embedding", "audio", "raw", "text-generation")
+TASKS = ("classification", "detection", "segmentation", "embedding", "audio", "raw", "text-generation", "sequence")
 KV_DTYPES = ("float32", "float16")
 ARCHITECTURES = ("llama", "qwen2")
 
@@ -483,11 +483,26 @@ class Quality:
     #: reference's (``perplexity / reference perplexity - 1``; 0.05 = 5 % worse).
     perplexity: float | None = None
     perplexity_gap: float | None = None
+    #: sequence (CTC/token) outputs ``[batch, positions, classes]``: share of positions whose argmax
+    #: equals the reference's; share of samples whose decoded sequence (repeats collapsed, blanks
+    #: removed) equals the reference's; mean edit distance of the decoded sequences over the longer one's length.
+    position_agreement: float | None = None
+    sequence_exact_match: float | None = None
+    edit_distance: float | None = None
+    #: detection: share of the reference's boxes the variant finds (IoU >= 0.5, same class) and the
+    #: mean IoU of each reference box with its match (0 when unmatched).
+    box_recall: float | None = None
+    box_iou: float | None = None
+    #: segmentation: mean IoU of the variant's argmax (one channel: >= 0.5) masks with the reference's.
+    mask_iou: float | None = None
 
     #: The numeric figures (floats): what a :class:`Gate` threshold may name.
-    FIGURES = ("cosine", "max_abs_error", "top1_agreement", "top5_agreement", "value", "perplexity", "perplexity_gap")
+    FIGURES = (
+        "cosine", "max_abs_error", "top1_agreement", "top5_agreement", "value", "perplexity", "perplexity_gap",
+        "position_agreement", "sequence_exact_match", "edit_distance", "box_recall", "box_iou", "mask_iou",
+    )  # fmt: skip
     #: Figures whose gate threshold is a maximum (the others are minimums).
-    MAXIMA = ("max_abs_error", "perplexity", "perplexity_gap")
+    MAXIMA = ("max_abs_error", "perplexity", "perplexity_gap", "edit_distance")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str) -> "Quality":
