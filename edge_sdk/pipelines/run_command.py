@@ -72,34 +72,24 @@ class DisplayUnavailableError(SinkError):
 # arguments
 
 
-def _positive_float(s: str) -> float:
-    try:
-        v = float(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {s!r}") from None
-    if not (math.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {s!r}")
-    return v
+def _number(cast: Callable[[str], float], ok: Callable[[float], bool], expected: str) -> Callable[[str], Any]:
+    """An argparse ``type=``: ``cast`` the text, and an ArgumentTypeError saying ``expected`` unless ``ok``."""
+
+    def parse(s: str) -> Any:
+        try:
+            v = cast(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {s!r}") from None
+        if not (math.isfinite(v) and ok(v)):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {s!r}")
+        return v
+
+    return parse
 
 
-def _positive_int(s: str) -> int:
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an int >= 1, got {s!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected an int >= 1, got {s!r}")
-    return v
-
-
-def _unit_float(s: str) -> float:
-    try:
-        v = float(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {s!r}") from None
-    if not 0.0 <= v <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {s!r}")
-    return v
+_positive_float = _number(float, lambda v: v > 0, "a number > 0")
+_positive_int = _number(int, lambda v: v >= 1, "an int >= 1")
+_unit_float = _number(float, lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
