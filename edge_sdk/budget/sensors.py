@@ -4,7 +4,8 @@ Everything is read below a configurable ``root`` (``"/"`` on a device, a recorde
 tests), and the one external command, Raspberry Pi ``vcgencmd``, goes through a replaceable
 :data:`CommandRunner`. Nothing is written, nothing is probed at import time.
 
-What is read (FACTS.md sections 3 and 4):
+What is read (Raspberry Pi's vcgencmd documentation, https://www.raspberrypi.com/documentation/computers/os.html#vcgencmd;
+jetson_stats' jtop/core/power.py and energymon's jetson/JetsonPowerRails.md for the Jetson rails):
 
 * Thermal zones ``sys/class/thermal/thermal_zone*/{type,temp}`` (millidegrees C) and their trip
   points ``trip_point_<N>_{type,temp}``; hwmon temperatures ``sys/class/hwmon/hwmon*/{name,
@@ -80,7 +81,7 @@ CommandRunner = Callable[[Sequence[str], float], str]
 #: ``() -> BatteryReading | None``; None means "no battery".
 BatterySource = Callable[[], Union[BatteryReading, None]]
 
-#: INA3221 rails that carry the whole module's input (FACTS.md section 4: Orin/Xavier NX/TX2 and Nano).
+#: INA3221 rails that carry the whole module's input (energymon jetson/JetsonPowerRails.md, https://github.com/energymon/energymon: Orin/Xavier NX/TX2 and Nano).
 TOTAL_RAIL_NAMES: tuple[str, ...] = ("VDD_IN", "POM_5V_IN")
 
 _OFFLINE_MILLIDEG = -256000  # Tegra: a zone that is powered off / not populated reads -256 C
@@ -553,7 +554,7 @@ def is_cpu_like(reading: TempReading) -> bool:
 
 
 def _is_pmic(reading: TempReading) -> bool:
-    # Jetson "PMIC-Die" reports a fixed, meaningless value; jtop skips PMIC zones too (FACTS.md section 4).
+    # Jetson "PMIC-Die" reports a fixed, meaningless value; jtop skips PMIC zones too (rbonghi/jetson_stats jtop/core/temperature.py).
     return "pmic" in reading.name.casefold()
 
 

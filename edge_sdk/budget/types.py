@@ -20,7 +20,7 @@ from ..errors import OptionsError
 
 @dataclass(frozen=True)
 class ThrottledFlags:
-    """``vcgencmd get_throttled`` decoded (Raspberry Pi firmware; FACTS.md section 3).
+    """``vcgencmd get_throttled`` decoded (Raspberry Pi firmware; https://www.raspberrypi.com/documentation/computers/os.html#get_throttled).
 
     ``*_now``: bits 0-3 (active now); ``*_since_boot``: bits 16-19 (has occurred since boot).
     ``raw``: the integer as read (e.g. 0x50005)."""

@@ -1,5 +1,5 @@
 """The Open Inference Protocol (KServe v2 REST) and Triton's binary tensor data extension: one
-module for the client and the server (FACTS.md sections 1 and 2).
+module for the client and the server (KServe's Open Inference Protocol, https://kserve.github.io/website/latest/modelserving/data_plane/v2_protocol/, and Triton's binary tensor extension, https://github.com/triton-inference-server/server/blob/main/docs/protocol/extension_binary_data.md).
 
 Pure functions over bytes, dicts and numpy arrays; no HTTP here. Every decoder checks what it is
 given and raises :class:`ProtocolError` naming what was expected (a wrong datatype, a shape that
