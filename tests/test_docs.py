@@ -94,3 +94,11 @@ def test_readme_links_every_doc() -> None:
     docs = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))
     assert docs and [d for d in docs if f"`{d}`" not in readme] == []
     assert "`samples/README.md`" in readme and "`docs/benchmarks/README.md`" in readme
+
+
+def test_device_profiles_doc_lists_every_bundled_profile() -> None:
+    """docs/device-profiles.md's table names every profile that ships (a new board is documented)."""
+    text = (ROOT / "docs" / "device-profiles.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"^\| `([a-z0-9-]+)` \|", text, re.M))
+    shipped = {p.stem for p in (ROOT / "device_profiles").glob("*.toml")}
+    assert shipped <= listed, sorted(shipped - listed)
