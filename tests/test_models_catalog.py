@@ -167,8 +167,8 @@ def test_pose_member_is_in_the_real_wheel() -> None:
 
 def test_catalog_command_table_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main(["models", "catalog"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["NAME", "TASK", "FORMAT", "SIZE", "LICENCE", "SOURCE"]
+    lines = capsys.readouterr().out.split("\n\n")[0].splitlines()
+    assert lines[0].split() == ["NAME", "TASK", "FORMAT", "SIZE", "LICENCE", "SOURCE", "CONVERTER", "(corpus)"]
     assert sorted(ln.split()[0] for ln in lines[1:]) == sorted(CATALOG)
     assert any(ln.split()[2] == "gguf->onnx" for ln in lines[1:])
     assert cli_main(["models", "catalog", "--json"]) == 0
@@ -330,3 +330,149 @@ def test_pull_smollm2_and_chat(tmp_path: Path) -> None:
     with edge_sdk.load(tmp_path / "lm", "generic-x86_64", threads=2) as lm:
         r = lm.chat([{"role": "user", "content": "What is the capital of Japan?"}], max_new_tokens=16)
     assert "Tokyo" in r.text, r.text
+
+
+# -- pull --quantize: the converter's variants, gated and measured here ------------------------------
+
+SELFIE = "mediapipe-selfie-segmentation"
+
+
+@pytest.fixture(scope="module")
+def faces(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A calibration folder of real face images: crops of scikit-image's astronaut photo and their mirror images."""
+    import cv2
+    from skimage import data
+
+    folder = tmp_path_factory.mktemp("faces")
+    img = np.ascontiguousarray(data.astronaut()[:, :, ::-1])  # BGR, as cv2 writes it
+    for i, (y0, x0, y1, x1) in enumerate([(0, 0, 512, 512), (0, 60, 400, 460), (20, 100, 300, 400), (0, 0, 350, 350), (50, 50, 450, 450), (10, 150, 260, 400)]):
+        crop = img[y0:y1, x0:x1]
+        assert cv2.imwrite(str(folder / f"crop{i}.png"), crop) and cv2.imwrite(str(folder / f"flip{i}.png"), np.ascontiguousarray(crop[:, ::-1]))
+    return folder
+
+
+def test_pull_quantize_face_detector(mirror: Mirror, cache: Path, faces: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--quantize int4,fp16``: the TFLite detector translated, fp16 gated, measured and written; int4 (the detector has
+    no MatMul) refused with the converter's reason; the upstream TFLite kept byte for byte; the package loads and finds the face."""
+    from skimage import data
+
+    from edge_sdk.store.health import check_package
+
+    mirror.mode = "ok"
+    out = tmp_path / "face-q"
+    argv = ["models", "pull", FACE, "--out", str(out), "--mirror", mirror.url, "--cache", str(cache), "--quantize", "int4,fp16", "--calibration", str(faces)]
+    assert cli_main(argv) == 0
+    text = capsys.readouterr().out
+    assert "refused int4-onnx: no MatMul" in text and f"report: {out / 'report.md'}" in text
+    pkg = ModelPackage.open(out)
+    m = pkg.manifest
+    by_id = {v.id: v for v in m.variants}
+    assert set(by_id) == {"fp32-onnx", "fp16-onnx", "fp32-tflite"}
+    assert by_id["fp32-tflite"].sha256 == CATALOG[FACE].member.sha256 and by_id["fp32-onnx"].reference  # the upstream file, and its exact translation
+    fp16 = by_id["fp16-onnx"]
+    assert fp16.precision == "fp16" and fp16.gate is not None and fp16.gate.passed and not fp16.gate.forced
+    assert fp16.quality is not None and fp16.quality.reference == "fp32-onnx" and fp16.quality.box_recall is not None and fp16.quality.box_recall >= 0.9
+    assert str(faces) in (fp16.quality.dataset or "")
+    for v in m.variants:  # every variant timed on this machine
+        assert v.benchmarks and v.benchmarks[0].latency_ms > 0 and v.benchmarks[0].machine
+    report = json.loads((out / "report.json").read_text())
+    assert (out / "report.md").is_file() and {r["id"]: r["written"] for r in report["variants"]}["int4-onnx"] is False
+    # the catalog's decoder, labels and preprocessing, not the converter's raw defaults
+    assert m.decoder.kind == "detection" and m.decoder.param("format") == "blazeface" and list(m.labels or ()) == ["face"]
+    assert m.inputs[0].preprocess is not None and m.inputs[0].preprocess.resize == "letterbox" and m.golden is not None
+    assert check_package(out)["ok"]  # the store's health check: the golden is the selected variant's
+    img = data.astronaut()[:, :, ::-1].copy()
+    with edge_sdk.load(out, "generic-x86_64", variant="fp16-onnx") as model:
+        faces_found = list(model.predict_image(img).decoded)
+    assert len(faces_found) == 1 and faces_found[0].label == "face" and faces_found[0].score > 0.7
+    x0, y0, x1, y1 = faces_found[0].bbox.xyxy
+    assert 150 < (x0 + x1) / 2 < 260 and 40 < (y0 + y1) / 2 < 160
+
+
+def test_pull_quantize_selfie_keeps_the_upstream_file(mirror: Mirror, cache: Path, faces: Path, tmp_path: Path) -> None:
+    """The selfie segmenter (HARD_SWISH, RESIZE_BILINEAR, MediaPipe's transpose convolution) through the translation and the
+    converter: every variant the converter refused is absent with its reason, every written one gated; the upstream TFLite is
+    a variant whatever the converter said of it."""
+    mirror.mode = "ok"
+    res = pull(SELFIE, out=tmp_path / "selfie", mirror=mirror.url, cache_dir=cache, quantize="fp16", calibration=faces)
+    pkg = ModelPackage.open(tmp_path / "selfie")
+    ids = {v.id for v in pkg.manifest.variants}
+    upstream = [v for v in pkg.manifest.variants if v.sha256 == CATALOG[SELFIE].member.sha256]
+    assert len(upstream) == 1 and upstream[0].backend == "litert" and upstream[0].benchmarks
+    report = {r["id"]: r for r in json.loads((tmp_path / "selfie" / "report.json").read_text())["variants"]}
+    assert set(report) == {"fp32-onnx", "fp16-onnx", "fp32-tflite"}
+    for vid, row in report.items():
+        if row["written"]:
+            assert vid in ids and vid not in res.refused
+        else:
+            assert res.refused[vid] and all(f in res.refused[vid] for f in row["gate"]["failures"])
+            assert (vid in ids) == (vid == upstream[0].id)  # only the upstream file stays
+            if vid == upstream[0].id:
+                assert res.refused[vid].endswith("kept as the upstream file")
+    assert pkg.manifest.decoder.kind == "segmentation" and res.benchmarks.keys() == ids
+    from skimage import data
+
+    img = data.astronaut()[:, :, ::-1].copy()
+    masks = {}
+    for vid in sorted(ids):
+        with edge_sdk.load(tmp_path / "selfie", "generic-x86_64", variant=vid) as model:
+            masks[vid] = model.predict_image(img).decoded.mask("person")
+    assert masks[upstream[0].id][82:176, 182:270].mean() > 0.9  # her face (the box tests/test_detection.py measures)
+    for vid, mask in masks.items():  # every variant the package has segments her as the upstream file does
+        assert np.mean(mask == masks[upstream[0].id]) > 0.98, vid
+
+
+def test_quantize_usage_errors_come_before_any_download(mirror: Mirror, cache: Path, faces: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from edge_sdk.store.catalog import CatalogError
+
+    before = len(mirror.requests)
+    base = ["models", "pull", FACE, "--out", str(tmp_path / "x"), "--mirror", mirror.url, "--cache", str(cache)]
+    assert cli_main([*base, "--quantize", "fp16"]) == 2
+    err = capsys.readouterr().err
+    assert "usage" not in err and "error: --quantize fp16 needs --calibration DATA" in err
+    assert cli_main([*base, "--quantize", "int3,fp16", "--calibration", str(faces)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown target(s) 'int3'" in err and "int8, int4, fp16" in err
+    assert cli_main([*base, "--calibration", str(faces)]) == 2
+    assert "only used with --quantize" in capsys.readouterr().err
+    with pytest.raises(CatalogError, match="needs --calibration"):
+        pull(FACE, out=tmp_path / "x", mirror=mirror.url, cache_dir=cache, quantize=["fp16"])
+    with pytest.raises(CatalogError, match=r"--calibration .*nowhere: no such file or folder"):
+        pull(FACE, out=tmp_path / "x", mirror=mirror.url, cache_dir=cache, quantize="fp16", calibration=tmp_path / "nowhere")
+    with pytest.raises(CatalogError, match="edge-convert llm"):
+        pull(LM, out=tmp_path / "x", quantize="int8", calibration=faces)
+    assert len(mirror.requests) == before and not (tmp_path / "x").exists()
+
+
+def test_catalog_converter_figures_are_the_corpus_json() -> None:
+    """Every catalog entry the converter corpus covers carries its figures exactly (tools/catalog_measurements.py
+    copies them; rerun it after tools/bench/bench_corpus.py), and no other entry carries any."""
+    from tools.catalog_measurements import CORPUS, expected
+
+    want = expected()
+    corpus = json.loads(CORPUS.read_text())
+    assert {FACE, VAD} <= set(want)  # the corpus does cover catalog models
+    for name, e in CATALOG.items():
+        assert (dict(e.converter) if e.converter else None) == want.get(name), name
+    rows = {r["model"]: r for r in corpus["models"]}
+    for name, table in want.items():  # spot-check against the raw JSON, not only through the script
+        for vid, v in table["variants"].items():
+            raw = rows[name]["variants"][vid]
+            assert v["outcome"] == ("written" if raw["written"] else "refused") and v["size_ratio"] == (None if raw["size_ratio"] is None else round(raw["size_ratio"], 3))
+            assert v["gate_failures"] == raw["gate_failures"]
+    assert CORPUS.name == "corpus_x86_64.json" or not CORPUS.exists()
+
+
+def test_catalog_command_shows_the_converter_figures(capsys: pytest.CaptureFixture[str]) -> None:
+    from edge_sdk.store.command import converter_summary
+
+    assert cli_main(["models", "catalog"]) == 0
+    out = capsys.readouterr().out
+    face = next(ln for ln in out.splitlines() if ln.startswith(FACE + " "))
+    assert converter_summary(CATALOG[FACE].converter) in face and converter_summary(None) == "-"
+    for vid, v in CATALOG[FACE].converter["variants"].items():  # type: ignore[index]
+        bit = f"{vid.removesuffix('-onnx')}: " + ("refused (" if v["outcome"] == "refused" else "")
+        assert bit in face
+        if v["metric"]:
+            assert f"{v['metric']} {v['value']:.2f}" in face
+    assert "CONVERTER: edge-convert quantize on the converter corpus" in out

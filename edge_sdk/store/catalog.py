@@ -18,6 +18,12 @@ replaces the files.pythonhosted.org base, for air-gapped sites and tests: the sa
 back, the digests decide. :func:`extract_member` takes the one member out of the wheel (a checked
 name, a regular unencrypted stored/deflated member of the pinned size, read at most that far and
 hashed as it goes). :mod:`edge_sdk.store.recipes` turns it into a measured package.
+
+``converter`` in an entry: what ``edge-convert quantize`` did with that model in the converter corpus
+(tools/fixtures/corpus.py, run by tools/bench/bench_corpus.py into
+``tools/bench/results/corpus_<machine>.json``, copied here by ``tools/catalog_measurements.py``): per
+variant its outcome (written or refused), its quality figure against fp32, its size ratio and speed-up
+against the fp32 ONNX variant, and the machine. ``edge-sdk models catalog`` shows them.
 """
 
 from __future__ import annotations
@@ -114,7 +120,8 @@ class CatalogEntry:
 
     ``manifest``: the package manifest without digests (variants name ``file`` = the member's
     base name); ``llm``: for a GGUF decoder instead, what ``edge-convert llm`` is run with.
-    ``constants``: inputs fed as is on every call (e.g. a sample rate)."""
+    ``constants``: inputs fed as is on every call (e.g. a sample rate). ``converter``: the converter corpus's
+    measurements of this model (the module docs), or None where the corpus does not cover it."""
 
     name: str
     task: str
@@ -126,6 +133,7 @@ class CatalogEntry:
     manifest: Mapping[str, Any] | None = None
     llm: Mapping[str, Any] | None = None
     constants: Mapping[str, Any] | None = None
+    converter: Mapping[str, Any] | None = None
 
     @property
     def package_format(self) -> str:
@@ -143,7 +151,7 @@ class CatalogEntry:
             "name": self.name, "task": self.task, "format": self.package_format, "description": self.description,
             "license": self.license, "source": self.source, "wheel": dict(self.wheel.__dict__),
             "member": dict(self.member.__dict__), "sources": list(self.sources), "manifest": self.manifest, "llm": self.llm,
-            "constants": self.constants,
+            "constants": self.constants, "converter": self.converter,
         }  # fmt: skip
 
 
@@ -169,9 +177,43 @@ def _digest(d: Mapping[str, Any], where: str) -> tuple[str, int]:
     return sha, size
 
 
+_OUTCOMES = ("written", "refused")
+_NUMBER = (int, float)
+
+
+def _converter(d: Any, where: str) -> Mapping[str, Any]:
+    """The ``converter`` table: ``source``, ``measured``, ``machine`` and ``variants`` (id -> outcome, metric, value,
+    size_ratio, speedup, gate_failures), or ``error`` when the converter failed on the model."""
+    if not isinstance(d, dict):
+        raise CatalogError(f"{where}: expected a table, got {type(d).__name__}")
+    allowed = {"source", "measured", "machine", "onnxruntime", "variants", "error"}
+    unknown = sorted(set(d) - allowed)
+    if unknown:
+        raise CatalogError(f"{where}: unknown keys {unknown}; expected {sorted(allowed)}")
+    for key in ("source", "measured", "machine"):
+        _get(d, key, str, where)
+    if d.get("error") is not None:
+        _get(d, "error", str, where)
+    variants = _get(d, "variants", dict, where)
+    for vid, v in variants.items():
+        w = f"{where}.variants.{vid}"
+        if not isinstance(v, dict) or set(v) != {"outcome", "metric", "value", "size_ratio", "speedup", "gate_failures"}:
+            raise CatalogError(f"{w}: expected outcome, metric, value, size_ratio, speedup and gate_failures")
+        if v["outcome"] not in _OUTCOMES:
+            raise CatalogError(f"{w}.outcome: expected one of {list(_OUTCOMES)}, got {v['outcome']!r}")
+        for key in ("value", "size_ratio", "speedup"):
+            if v[key] is not None and (isinstance(v[key], bool) or not isinstance(v[key], _NUMBER)):
+                raise CatalogError(f"{w}.{key}: expected a number or null, got {v[key]!r}")
+        if v["metric"] is not None and not isinstance(v["metric"], str):
+            raise CatalogError(f"{w}.metric: expected a figure name or null, got {v['metric']!r}")
+        if not isinstance(v["gate_failures"], list) or not all(isinstance(f, str) for f in v["gate_failures"]):
+            raise CatalogError(f"{w}.gate_failures: expected a list of strings")
+    return d
+
+
 def _entry(name: str, d: Mapping[str, Any]) -> CatalogEntry:
     where = f"catalog {name!r}"
-    allowed = {"task", "description", "license", "wheel", "member", "sources", "manifest", "llm", "constants"}
+    allowed = {"task", "description", "license", "wheel", "member", "sources", "manifest", "llm", "constants", "converter"}
     unknown = sorted(set(d) - allowed)
     if unknown:
         raise CatalogError(f"{where}: unknown keys {unknown}; expected {sorted(allowed)}")
@@ -209,9 +251,10 @@ def _entry(name: str, d: Mapping[str, Any]) -> CatalogEntry:
     constants = d.get("constants")
     if constants is not None and not isinstance(constants, dict):
         raise CatalogError(f"{where}.constants: expected a table of input name -> value")
+    converter = _converter(d["converter"], f"{where}.converter") if d.get("converter") is not None else None
     return CatalogEntry(
         name=name, task=task, description=_get(d, "description", str, where), license=_get(d, "license", str, where), wheel=wheel,
-        member=member, sources=tuple(sources), manifest=manifest, llm=llm, constants=constants,
+        member=member, sources=tuple(sources), manifest=manifest, llm=llm, constants=constants, converter=converter,
     )  # fmt: skip
 
 

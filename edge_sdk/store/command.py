@@ -7,8 +7,10 @@
     edge-sdk models verify [NAME] --store DIR [--json]
     edge-sdk models catalog [--json]
     edge-sdk models pull NAME [--out DIR | --store DIR] [--mirror URL] [--cache DIR] [--timeout S] [--json]
+                             [--quantize int8,fp16 --calibration DATA]
 
-Exit codes: 0 ok, 1 the update did not succeed / a version failed verification / a pull failed.
+Exit codes: 0 ok, 1 the update did not succeed / a version failed verification / a pull failed,
+2 a usage error (``--quantize`` without ``--calibration``, an unknown target).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Mapping
 
 from .catalog import DEFAULT_TIMEOUT_S, MIRROR_ENV, PYPI_FILES
 
@@ -53,6 +55,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     q.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help=f"seconds each connect/read may take (default {DEFAULT_TIMEOUT_S:g})")
     q.add_argument("--profile", help="device profile to measure under (default: detected)")
     q.add_argument("--threads", type=int, help="threads to measure with (default: the profile's)")
+    q.add_argument("--quantize", metavar="TARGETS",
+                   help="also make these variants with edge-convert quantize (a comma list of int8, int4, fp16), gated and measured here")  # fmt: skip
+    q.add_argument("--calibration", metavar="DATA",
+                   help="your calibration data for --quantize: an image folder, .npy/.npz, a video, a WAV folder (as edge-convert quantize takes)")  # fmt: skip
     q.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -116,25 +122,70 @@ def _catalog(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([e.to_dict() for e in entries], indent=2))
         return 0
-    rows = [("NAME", "TASK", "FORMAT", "SIZE", "LICENCE", "SOURCE")]
+    rows = [("NAME", "TASK", "FORMAT", "SIZE", "LICENCE", "SOURCE", "CONVERTER (corpus)")]
     rows += [(e.name, e.task, e.package_format if e.member.format == e.package_format else f"{e.member.format}->{e.package_format}",
-              _size(e.member.size), e.license, e.source) for e in entries]  # fmt: skip
+              _size(e.member.size), e.license, e.source, converter_summary(e.converter)) for e in entries]  # fmt: skip
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    machines = sorted({str(e.converter["machine"]) for e in entries if e.converter and e.converter.get("machine")})
+    if machines:
+        print(f"\nCONVERTER: edge-convert quantize on the converter corpus (tools/fixtures/corpus.py), on {'; '.join(machines)}: "
+              "size and speed against the fp32 ONNX variant, the quality figure against it")  # fmt: skip
     return 0
+
+
+def _variant_summary(vid: str, v: Mapping[str, Any]) -> str:
+    short = vid.removesuffix("-onnx")
+    figure = f"{v['metric']} {float(v['value']):.2f}" if v.get("metric") and v.get("value") is not None else ""
+    if v["outcome"] != "written":
+        return f"{short}: refused ({figure or 'gate failed'})"
+    bits = [figure] if figure else []
+    if v.get("speedup") is not None:
+        bits.append(f"{float(v['speedup']):.2f}x speed")
+    if v.get("size_ratio") is not None:
+        bits.append(f"size {float(v['size_ratio']):.2f}")
+    return f"{short}: {', '.join(bits)}"
+
+
+def converter_summary(converter: Mapping[str, Any] | None) -> str:
+    """One line of a catalog entry's corpus measurements, e.g. ``int8: refused (box_recall 0.47); fp16: box_recall 1.00,
+    0.89x speed, size 0.52``; ``-`` when the corpus does not cover the model."""
+    if not converter:
+        return "-"
+    if converter.get("error"):
+        return f"converter error: {str(converter['error'])[:60]}"
+    return "; ".join(_variant_summary(vid, v) for vid, v in converter.get("variants", {}).items()) or "-"
 
 
 def _pull(args: argparse.Namespace) -> int:
     import sys
 
-    from .recipes import pull
+    from .catalog import CatalogError
+    from .recipes import parse_quantize, pull
 
+    if args.quantize is not None or args.calibration is not None:  # usage errors, before anything is downloaded
+        problem = None
+        if args.quantize is None:
+            problem = "--calibration is only used with --quantize TARGETS (e.g. --quantize int8,fp16)"
+        elif args.calibration is None:
+            problem = f"--quantize {args.quantize} needs --calibration DATA (your own inputs: an image folder, .npy/.npz, a video, a WAV folder)"
+        else:
+            try:
+                parse_quantize(args.quantize)
+            except CatalogError as e:
+                problem = str(e)
+        if problem:
+            print(f"edge-sdk models pull: error: {problem}", file=sys.stderr)
+            return 2
     log = None if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
     res = pull(args.name, out=args.out, store=args.store, mirror=args.mirror, cache_dir=args.cache, timeout=args.timeout,
-               profile=args.profile, threads=args.threads, log=log)  # fmt: skip
+               profile=args.profile, threads=args.threads, log=log, quantize=args.quantize, calibration=args.calibration)  # fmt: skip
     d: dict[str, Any] = {"name": res.name, "path": str(res.path) if res.path else None, "wheel": str(res.wheel), "downloaded": res.downloaded,
                          "latency_ms": res.benchmarks, "ok": res.ok}  # fmt: skip
+    if args.quantize is not None:
+        d["refused"] = res.refused
+        d["report"] = str(res.report) if res.report else None
     if res.install is not None:
         d["install"] = {"state": res.install.state, "version": res.install.version, "reason": res.install.reason}
     if args.json:
@@ -143,4 +194,8 @@ def _pull(args: argparse.Namespace) -> int:
         figures = ", ".join(f"{k} {v:.3g} ms" for k, v in res.benchmarks.items())
         where = f"installed: {res.install.state} {res.install.reason}".rstrip() if res.install is not None else f"{res.path}"
         print(f"{res.name}: {where} ({figures or 'no latency measured'}; {'downloaded' if res.downloaded else 'from the cache'})")
+        for vid, why in res.refused.items():
+            print(f"  refused {vid}: {why}" if "kept as the upstream file" not in why else f"  {vid}: {why}")
+        if res.report is not None:
+            print(f"  report: {res.report}")
     return 0 if res.ok else 1
