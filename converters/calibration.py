@@ -81,6 +81,8 @@ class DataSet:
     sources: tuple[str, ...]
     labels: tuple[int, ...] | None = None
     class_names: tuple[str, ...] | None = None
+    #: what the loader assumed in reading the data (e.g. that an input's leading dim is not a batch axis)
+    notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.sources) != len(self.samples):
@@ -138,6 +140,7 @@ class DataSet:
             sources=tuple(self.sources[i] for i in idx),
             labels=None if self.labels is None else tuple(self.labels[i] for i in idx),
             class_names=self.class_names,
+            notes=self.notes,
         )
 
 
@@ -245,6 +248,7 @@ class _Ctx:
         self.progress = progress
         self.seed = seed
         self.validator = InputValidator(specs)
+        self.notes: list[str] = []
 
     def pick(self, n: int) -> list[int]:
         """Indices of the samples to keep out of ``n`` candidates (see ``limit``)."""
@@ -267,7 +271,7 @@ class _Ctx:
     def dataset(self, samples: list[dict[str, np.ndarray]], sources: list[str], where: str, **kw: Any) -> DataSet:
         if not samples:
             raise CalibrationError(f"{where}: no samples")
-        return DataSet(inputs=self.names, samples=tuple(samples), sources=tuple(sources), **kw)
+        return DataSet(inputs=self.names, samples=tuple(samples), sources=tuple(sources), notes=tuple(self.notes), **kw)
 
 
 def _progress(items: Iterable[Any], total: int | None, desc: str, enabled: bool) -> Iterator[Any]:
@@ -472,21 +476,61 @@ def _check_dtype(arr: np.ndarray, spec: TensorSpec, where: str) -> None:
         )
 
 
-def _sample_view(arr: np.ndarray, spec: TensorSpec, where: str) -> tuple[int, Callable[[int], np.ndarray]]:
+#: Dim names that say "batch" (case-insensitive): ``batch``, ``batch_size``, ``N``, ``bs``, ``b``, anything with "batch".
+_BATCH_NAMES = ("n", "b", "bs", "nb", "num", "count")
+#: Name parts that say a dim is not a batch (sequence and time axes, spatial axes, channels).
+_NOT_BATCH_PARTS = ("seq", "len", "time", "frame", "sample", "step", "token", "width", "height", "chan", "feat", "window")
+
+
+def batch_axis(spec: TensorSpec) -> tuple[bool | None, str]:
+    """Whether the input's leading dim is a batch axis, and why: True for a fixed 1, a name that says batch
+    (``batch``, ``batch_size``, ``N``, ...) or bounds that start at 1 (a batch can be one); False for a fixed size other
+    than 1, a name that says sequence/time/space (``seq_len``, ``samples``, ``width``, ...) or bounds that start above 1
+    (``seq_len`` 31..31 is 31 steps, not a batch of 31); None when nothing says (a nameless dim without --dim)."""
+    if not spec.rank:
+        return False, "a scalar input"
+    d0 = spec.shape[0]
+    if isinstance(d0, int):
+        return (d0 == 1), f"dim 0 is fixed at {d0}"
+    low = d0.lower()
+    if "batch" in low or low in _BATCH_NAMES:
+        return True, f"dim 0 is named {d0!r}"
+    if any(part in low for part in _NOT_BATCH_PARTS):
+        return False, f"dim 0 is named {d0!r}, not a batch name"
+    b = spec.bounds(d0)
+    if b is not None and b[1] < (1 << 24):  # bounds given (not the open ones read off the data)
+        return (b[0] == 1), f"dim 0 ({d0}) is bounded {b[0]}..{b[1]}"
+    return None, f"dim 0 ({d0}) has neither a batch name nor bounds"
+
+
+def _sample_view(arr: np.ndarray, spec: TensorSpec, where: str, notes: list[str] | None = None) -> tuple[int, Callable[[int], np.ndarray]]:
     """(number of samples, i -> sample i with the input's rank, as a C-contiguous copy:
-    nothing keeps the memory map or the whole array alive)."""
+    nothing keeps the memory map or the whole array alive).
+
+    An array of the input's rank + 1 is ``[N, *sample]``. Its samples must have batch 1 only when the input's leading
+    dim is a batch axis (:func:`batch_axis`); otherwise (``[seq_len, 576]``) each ``arr[i]`` is one whole sample. An
+    array of the input's rank is split along axis 0 into samples of batch 1 when that dim is (or may be) a batch, and is
+    one sample when it is not. What was assumed goes into ``notes``."""
     rank = spec.rank
+    is_batch, why = batch_axis(spec)
     if arr.ndim == rank + 1:
-        if rank and isinstance(spec.shape[0], str) and arr.shape[1] != 1:
+        if rank and is_batch and arr.shape[1] != 1:
             raise CalibrationError(
                 f"{where}: array of shape {arr.shape} read as [N, *sample] holds samples of batch {arr.shape[1]}; "
-                f"expected batch 1 ([N, 1, ...]) for input {spec.name!r} {_shape_text(spec)}, or pass it as [N, ...]"
+                f"expected batch 1 ([N, 1, ...]) for input {spec.name!r} {_shape_text(spec)} ({why}: a batch axis), or pass it as [N, ...]"
+            )
+        if rank and not is_batch and notes is not None and arr.shape[1] != 1:
+            notes.append(
+                f"{where}: array {list(arr.shape)} read as {arr.shape[0]} samples of shape {list(arr.shape[1:])} for input {spec.name!r} "
+                f"{_shape_text(spec)}: {why}, so it is {'not ' if is_batch is False else 'taken as not '}a batch axis"
             )
         return arr.shape[0], lambda i: np.array(arr[i], order="C", copy=True)
     if arr.ndim == rank:
         d0 = spec.shape[0] if rank else None
-        if rank and (isinstance(d0, str) or d0 == 1):
+        if rank and is_batch is not False and (isinstance(d0, str) or d0 == 1):
             return arr.shape[0], lambda i: np.array(arr[i : i + 1], order="C", copy=True)
+        if rank and is_batch is False and isinstance(d0, str) and notes is not None:
+            notes.append(f"{where}: array {list(arr.shape)} read as one sample for input {spec.name!r} {_shape_text(spec)}: {why}, so it is not a batch axis")
         return 1, lambda i: np.array(arr, order="C", copy=True)
     raise CalibrationError(
         f"{where}: array of shape {arr.shape} does not fit input {spec.name!r} {_shape_text(spec)}: "
@@ -512,7 +556,7 @@ def _load_npy(path: Path, ctx: _Ctx) -> DataSet:
     if not isinstance(arr, np.ndarray):
         raise CalibrationError(f"{path}: expected one array (.npy), found {type(arr).__name__}")
     _check_dtype(arr, spec, str(path))
-    n, get = _sample_view(arr, spec, str(path))
+    n, get = _sample_view(arr, spec, str(path), ctx.notes)
     if n == 0:
         raise CalibrationError(f"{path}: array of shape {arr.shape} holds no samples")
     keep = ctx.pick(n)
@@ -549,7 +593,7 @@ def _load_npz(path: Path, ctx: _Ctx) -> DataSet:
     for s in ctx.specs:
         where = f"{path}['{s.name}']"
         _check_dtype(arrays[s.name], s, where)
-        counts[s.name], views[s.name] = _sample_view(arrays[s.name], s, where)
+        counts[s.name], views[s.name] = _sample_view(arrays[s.name], s, where, ctx.notes)
     if len(set(counts.values())) != 1:
         raise CalibrationError(f"{path}: inputs hold different numbers of samples {counts}; expected the same N for all")
     n = next(iter(counts.values()))

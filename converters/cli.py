@@ -213,6 +213,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         calibrate_temperature=args.calibrate_temperature,
         blank=args.blank,
+        detection_format=args.detection_format,
     )
     res = convert(args.model, args.calibration, args.out, opts, validation=args.validation)
     for note in res.report.get("notes", []):
@@ -252,7 +253,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     labels = _read_labels(args.labels) if args.labels else _model_labels(data, tuple(pkg.manifest.labels or ()))
     res = validate_package(
         pkg, list(data.samples), labels=labels, dataset=str(args.data), profile=args.profile, threads=args.threads,
-        calibrate_temperature=args.calibrate_temperature, n_bins=args.bins, blank=args.blank,
+        calibrate_temperature=args.calibrate_temperature, n_bins=args.bins, blank=args.blank, detection=args.detection_format,
     )  # fmt: skip
     rows = []
     for vid, r in res.items():
@@ -377,17 +378,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--version", action="version", version=f"edge-convert {__version__}", help="print the edge-sdk version and exit")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("package", help="write a package from model files")
-    p.add_argument("out", type=Path)
-    p.add_argument("--name", required=True)
-    p.add_argument("--version", required=True)
-    p.add_argument("--task", default="raw", choices=["classification", "detection", "segmentation", "embedding", "audio", "raw"])
-    p.add_argument("--variant", action="append", required=True, metavar="ID=FILE:BACKEND:PRECISION")
+    p.add_argument("out", type=Path, help="package folder to write")
+    p.add_argument("--name", required=True, help="package name")
+    p.add_argument("--version", required=True, help="package version, e.g. 1.0.0")
+    p.add_argument("--task", default="raw", choices=["classification", "detection", "segmentation", "embedding", "audio", "raw"], help="what the model does (default raw)")
+    p.add_argument(
+        "--variant", action="append", required=True, metavar="ID=FILE:BACKEND:PRECISION",
+        help="a model file as a variant, e.g. fp32-onnx=model.onnx:onnxruntime:fp32 (repeat for each)",
+    )  # fmt: skip
     p.add_argument("--reference", help="variant id the others are measured against (default: the first)")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=MIN:MAX", help="bounds of a dynamic input dim")
     p.add_argument("--labels", help="text file, one label per line")
     p.add_argument("--overwrite", action="store_true", help="replace files in a non-empty OUT")
     p = sub.add_parser("verify", help="open a package and verify every digest")
-    p.add_argument("package")
+    p.add_argument("package", help="package folder or archive")
 
     p = sub.add_parser("quantize", help="quantize an fp32 ONNX model into a measured, gated package")
     p.add_argument("model", help="fp32 ONNX model")
@@ -399,8 +403,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="what the model does; picks the default gate (sequence: CTC/token outputs [batch, positions, classes], gated on decoded-sequence agreement)",
     )  # fmt: skip
     p.add_argument("--blank", type=int, default=0, help="--task sequence: the CTC blank class index (default 0)")
-    p.add_argument("--name")
-    p.add_argument("--version", default="1.0.0")
+    p.add_argument("--name", help="package name (default: the model file's stem)")
+    p.add_argument("--version", default="1.0.0", help="package version (default 1.0.0)")
+    p.add_argument(
+        "--detection-format", default="auto", choices=["auto", "yolov8", "yolov5", "ssd", "blazeface", "rows"],
+        help="--task detection: how the raw head is decoded for box recall/IoU (auto: from the output shapes, said in a note; "
+        "yolov8 [B, 4+C, N] or [B, N, 4+C], yolov5 [B, N, 5+C], ssd boxes [B, N, 4] + scores [B, N, C], blazeface, rows [B, N, 6])",
+    )  # fmt: skip
     p.add_argument("--preprocess", help="image input: size=HxW,resize=stretch|letterbox|center_crop,color=RGB|BGR|GRAY,mean=a:b:c,std=a:b:c,scale=s,interpolation=linear|area|nearest|cubic")
     p.add_argument(
         "--dim", action="append", default=[], metavar="NAME=MIN:MAX",
@@ -408,26 +417,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     )  # fmt: skip
     p.add_argument("--class-names", help="text file, one class name per line")
     p.add_argument("--validation", help="held-out data (default: hold out --holdout of the calibration data)")
-    p.add_argument("--holdout", type=float, default=0.25)
+    p.add_argument("--holdout", type=float, default=0.25, help="without --validation: the fraction of calibration samples held out for validation (default 0.25)")
     p.add_argument("--labels", help="validation labels: text file of class indices, or .json (indices, or boxes per sample for detection)")
     p.add_argument("--limit", type=int, default=256, help="at most this many samples from each data source")
     p.add_argument(
         "--int8-method", default="auto", choices=["auto", "static", "dynamic"],
         help="auto: make static, dynamic and (when static fails its gate) partial int8, keep the fastest that passes; or force one",
     )  # fmt: skip
-    p.add_argument("--activation-type", default="uint8", choices=["uint8", "int8"])
-    p.add_argument("--weight-type", default="int8", choices=["uint8", "int8"])
-    p.add_argument("--calibration-method", default="minmax", choices=["minmax", "entropy", "percentile"])
+    p.add_argument("--activation-type", default="uint8", choices=["uint8", "int8"], help="int8 static: activation type (default uint8)")
+    p.add_argument("--weight-type", default="int8", choices=["uint8", "int8"], help="int8: weight type (default int8)")
+    p.add_argument("--calibration-method", default="minmax", choices=["minmax", "entropy", "percentile"], help="int8 static: how activation ranges are calibrated (default minmax)")
     p.add_argument("--block-size", type=int, default=32, help="int4 weights per scale")
     p.add_argument("--accuracy-level", type=int, default=4, help="int4 MatMulNBits compute type (4: int8 path; -1: none)")
     p.add_argument("--gate", help="e.g. cosine=0.995,top1_agreement=0.99 (default: the task's gate)")
     p.add_argument("--force", action="store_true", help="write variants that fail their gate, with the failure recorded")
     p.add_argument("--no-repair", action="store_true", help="do not keep sensitive nodes in float when int8 fails its gate")
-    p.add_argument("--max-keep-float", type=int, default=8)
+    p.add_argument("--max-keep-float", type=int, default=8, help="int8 repair: keep at most this many sensitive nodes in float (default 8)")
     p.add_argument("--tflite", action="append", default=[], metavar="FILE[:PRECISION]", help="add an existing TFLite model as a variant")
-    p.add_argument("--threads", type=int)
+    p.add_argument("--threads", type=int, help="threads for measuring (default: the profile's, at most the CPUs)")
     p.add_argument("--profile", help="device profile to record measurements under (default: detected)")
-    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument(
         "--calibrate-temperature", action="store_true",
@@ -435,22 +444,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     )  # fmt: skip
 
     p = sub.add_parser("validate", help="measure every variant of a package against its reference")
-    p.add_argument("package")
-    p.add_argument("--data", required=True)
+    p.add_argument("package", help="package folder or archive")
+    p.add_argument("--data", required=True, help="validation data: image folder, .npy/.npz, video or .csv (as quantize --calibration)")
     p.add_argument("--blank", type=int, default=0, help="sequence packages: the CTC blank class index (default 0)")
-    p.add_argument("--labels")
-    p.add_argument("--limit", type=int, default=256)
-    p.add_argument("--threads", type=int)
-    p.add_argument("--profile")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument(
+        "--detection-format", default="auto", choices=["auto", "yolov8", "yolov5", "ssd", "blazeface", "rows"],
+        help="detection packages without a decoder: how the raw head is decoded (default auto)",
+    )  # fmt: skip
+    p.add_argument("--labels", help="labels: text file of class indices, or .json (indices, or boxes per sample for detection)")
+    p.add_argument("--limit", type=int, default=256, help="at most this many samples (default 256)")
+    p.add_argument("--threads", type=int, help="threads for measuring")
+    p.add_argument("--profile", help="device profile to measure under (default: detected)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--report-dir", type=Path, help="write a reliability diagram PNG per variant and validation.json here (calibration needs class labels)")
     p.add_argument("--bins", type=int, default=15, help="equal-width confidence bins for ECE and the reliability diagrams")
     p.add_argument("--calibrate-temperature", action="store_true", help="also fit a softmax temperature per variant on --data and report ECE after it (the package is not changed)")
 
     p = sub.add_parser("inspect", help="ops, opset, inputs/outputs, parameters and which quantization modes apply")
-    p.add_argument("model")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("model", help="ONNX or TFLite model file")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
 
     p = sub.add_parser("llm", help="a decoder-only language model (GGUF or a Hugging Face folder) to a measured, gated text-generation package")
     p.add_argument("source", help="a .gguf file, or a folder with config.json, *.safetensors and tokenizer.json")
@@ -476,9 +489,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--calib-tokens", type=int, default=256, help="GPTQ calibration tokens (default 256)")
     p.add_argument("--threads", type=int, help="threads for measuring (default: min(2, CPUs))")
     p.add_argument("--name", help="package name (default: from the source)")
-    p.add_argument("--version", default="1")
+    p.add_argument("--version", default="1", help="package version (default 1)")
     p.add_argument("--no-timing", action="store_true", help="do not time TTFT/TPOT")
-    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
     p.add_argument("--json", action="store_true", help="print the conversion report as JSON")
 
     args = ap.parse_args(argv)

@@ -73,27 +73,24 @@ def onnx_tensor_specs(
     def spec(t: Any, is_input: bool) -> TensorSpec:
         if t.dims is None or t.dtype is None:
             raise SignatureError(f"model tensor {t.name!r} has no static type/rank; cannot describe it in a manifest")
-        shape: list[int | str] = []
-        bounds = []
-        for i, d in enumerate(t.dims):
-            name = _dim_name(t.name, i, d)
-            if name is None:
-                shape.append(d)
-                continue
-            shape.append(name)
-            if is_input and name not in [b[0] for b in bounds]:
-                if name not in dims and not open_dims:
-                    raise SignatureError(
-                        f"input {t.name!r} dim {i} ({name}) is dynamic; to give its bounds, give --dim {name}=MIN:MAX "
-                        "(or calibration data whose samples show its sizes)"
-                    )
-                lo, hi = dims.get(name, OPEN_BOUNDS)
-                bounds.append((name, lo, hi))
+        shape: list[int | str] = [d if (name := _dim_name(t.name, i, d)) is None else name for i, d in enumerate(t.dims)]
         layout = pre = None
         if is_input and len(shape) == 4:
             layout = "NCHW" if shape[1] in (1, 3) else ("NHWC" if shape[3] in (1, 3) else None)
             if preprocess is not None and layout is not None:
                 pre = preprocess
+                shape = _fix_image_dims(t.name, shape, layout, preprocess, dims)
+        bounds: list[tuple[str, int, int]] = []
+        for i, name in enumerate(shape):
+            if not is_input or not isinstance(name, str) or name in [b[0] for b in bounds]:
+                continue
+            if name not in dims and not open_dims:
+                raise SignatureError(
+                    f"input {t.name!r} dim {i} ({name}) is dynamic; to give its bounds, give --dim {name}=MIN:MAX "
+                    "(or calibration data whose samples show its sizes)"
+                )
+            lo, hi = dims.get(name, OPEN_BOUNDS)
+            bounds.append((name, lo, hi))
         return TensorSpec(t.name, t.dtype, tuple(shape), layout, tuple(bounds), pre)
 
     ins = [spec(t, True) for t in info.inputs]
@@ -101,6 +98,26 @@ def onnx_tensor_specs(
     if preprocess is not None and not any(s.preprocess for s in ins):
         raise SignatureError("--preprocess was given but no input is an NCHW/NHWC image with 1 or 3 channels")
     return ins, outs
+
+
+def _fix_image_dims(tensor: str, shape: list[int | str], layout: str, pre: ImagePreprocess, dims: Mapping[str, tuple[int, int]]) -> list[int | str]:
+    """An image input's named H and W dims resolved to the sizes ``pre`` gives them (the manifest wants the
+    preprocessed image's shape there): ``--preprocess size=320x320`` fixes ``height`` and ``width`` at 320. A ``--dim``
+    for one of them must allow that size (``SignatureError`` otherwise); a dim used elsewhere in the shape keeps its
+    name."""
+    h_ax, w_ax = (2, 3) if layout == "NCHW" else (1, 2)
+    want = {h_ax: pre.size_hw[0], w_ax: pre.size_hw[1]}
+    out = list(shape)
+    for ax, size in want.items():
+        d = shape[ax]
+        if not isinstance(d, str) or any(x == d for i, x in enumerate(shape) if i not in want):
+            continue
+        if shape[h_ax] == shape[w_ax] and pre.size_hw[0] != pre.size_hw[1]:
+            raise SignatureError(f"input {tensor!r}: H and W are one dim {d!r}, --preprocess size {pre.size_hw[0]}x{pre.size_hw[1]} is not square")
+        if d in dims and not dims[d][0] <= size <= dims[d][1]:
+            raise SignatureError(f"input {tensor!r} dim {ax} ({d}): --preprocess size gives {size}, outside its --dim {d}={dims[d][0]}:{dims[d][1]}")
+        out[ax] = size
+    return out
 
 
 def observed_bounds(specs: Sequence[TensorSpec], names: Sequence[str], samples: Sequence[Mapping[str, Any]]) -> dict[str, tuple[int, int]]:

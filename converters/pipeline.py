@@ -38,9 +38,22 @@ from edge_sdk.package.modelfile import sniff_format
 from .calibration_quality import diagram_name
 from .errors import ConverterError
 from .normalize import Normalized, NormalizeError, normalize
-from .packaging import SignatureError, dynamic_input_dims, observed_bounds, onnx_tensor_specs, write_package
+from .packaging import SignatureError, observed_bounds, onnx_tensor_specs, write_package
 from .quantize import MIN_INT4_OPSET, MIN_QDQ_OPSET, Int4Options, Int8Options, QuantizeError, choose_int8_method, quantize_target
-from .validate import FALLBACK_GATE, MAXIMA, VariantReport, check_gate, compare, default_gate, per_sample, stack_outputs, validate_package
+from .validate import (
+    FALLBACK_GATE,
+    MAXIMA,
+    DetectionFormat,
+    VariantReport,
+    check_gate,
+    compare,
+    default_gate,
+    detection_format,
+    input_hw,
+    per_sample,
+    stack_outputs,
+    validate_package,
+)  # fmt: skip
 
 
 class ConvertError(ConverterError, ValueError):
@@ -74,6 +87,7 @@ class ConvertOptions:
     progress: bool = True
     calibrate_temperature: bool = False  # classification: fit a softmax temperature per variant, store it in the manifest
     blank: int = 0  # task sequence: the CTC blank class index
+    detection_format: str = "auto"  # task detection without a decoder: how the raw head is read (validate.DETECTION_FORMATS)
 
 
 @dataclass(frozen=True)
@@ -142,9 +156,18 @@ def convert(model: str | Path, calibration: str | Path, out: str | Path, opts: C
         raise ConvertError(f"model {str(src)!r} does not exist")
     data = src.read_bytes()
     kind = sniff_format(data)
+    if kind == "tflite":  # a float TFLite model (MediaPipe's): quantize its exact ONNX translation, keep the original as a variant
+        from .tflite_import import TFLiteToOnnxError, translate
+
+        try:
+            data = translate(data).SerializeToString()
+        except TFLiteToOnnxError as e:
+            raise ConvertError(f"{src.name}: a TFLite model is quantized through its ONNX translation, which cannot be made: {e}") from e
+        opts = replace(opts, tflite=((src, "fp32"), *opts.tflite))
+        kind = "onnx"
     if kind != "onnx":
-        what = {"pickle": "a Python pickle (runs code when loaded; export the model to ONNX)", "tflite": "TFLite (pass it with --tflite to add it as a variant)"}
-        raise ConvertError(f"{src.name}: expected an fp32 ONNX model, got {what.get(kind, kind)}")
+        what = {"pickle": "a Python pickle (runs code when loaded; export the model to ONNX)"}
+        raise ConvertError(f"{src.name}: expected an fp32 ONNX or TFLite model, got {what.get(kind, kind)}")
     if out.exists() and any(out.iterdir()) and not opts.overwrite:
         raise ConvertError(f"{out} exists and is not empty; pass --overwrite to replace it")
     for f, _ in opts.tflite:
@@ -163,10 +186,13 @@ def convert(model: str | Path, calibration: str | Path, out: str | Path, opts: C
     notes = list(norm.notes)
 
     # 2. the data, read against the model's inputs; dynamic dims without --dim are bounded by what the data shows
-    missing = list(dict.fromkeys(n for n, _, _ in dynamic_input_dims(norm.data) if n not in opts.dims))
     open_ins, _ = _specs_from_model(norm.data, opts, open_dims=True)
+    # the dynamic input dims still open (an image input's H and W are fixed by --preprocess)
+    missing = list(dict.fromkeys(d for sp in open_ins for d in sp.shape if isinstance(d, str) and d not in opts.dims))
     calib = load_data(calibration, open_ins, limit=opts.limit, progress=opts.progress)
     val = load_data(validation, open_ins, limit=opts.limit, progress=opts.progress) if validation is not None else None
+    for ds in (calib, val):
+        notes.extend(n for n in (ds.notes if ds is not None else ()) if n not in notes)
     assumed: dict[str, tuple[int, int]] = {}
     if missing:
         assumed = observed_bounds(open_ins, missing, [*calib.samples, *(val.samples if val is not None else ())])
@@ -255,6 +281,18 @@ def _margin(q: Quality, gate: Mapping[str, float]) -> float:
     return m
 
 
+CONV_OPS = ("Conv", "ConvTranspose")
+MATMUL_OPS = ("MatMul", "Gemm")
+
+
+def _has_ops(path: Path, ops: Sequence[str]) -> bool:
+    """Whether the model at ``path`` has a node of one of ``ops`` (default domain, main graph)."""
+    import onnx
+
+    m = onnx.load(str(path), load_external_data=False)
+    return any(n.op_type in ops and n.domain in ("", "ai.onnx") for n in m.graph.node)
+
+
 CANDIDATE_TIMING = {"rounds": 8, "per_round": 5, "budget_s": 8.0}  # int8 candidates: a shorter run than the final measurement
 
 
@@ -318,9 +356,23 @@ def _convert(
     if norm.changed:
         ref_out = _check_normalised(data, norm, ref_file, ref_out, val_samples, threads, model_notes, src.name)
     class_output = outs[0].name if opts.task == "classification" else None
+    det_fmt: str | DetectionFormat = opts.detection_format
+    if opts.task == "detection":  # one reading of the raw head for every candidate and variant, said once
+        from .validate import ValidationError
+
+        try:
+            found = detection_format({k: per_sample(v)[0] for k, v in ref_out.items()}, opts.detection_format, input_hw(ins))
+        except ValidationError as e:
+            raise ConvertError(f"--detection-format: {e}") from e
+        if found is not None:
+            det_fmt = found
+            model_notes.append(f"detection outputs read as {found.kind} ({found.why}); boxes with score >= {found.score_threshold:g}, then NMS, compared at IoU 0.5")
 
     def compare_to_ref(got: Mapping[str, Any]) -> Any:
-        return compare(ref_out, got, task=opts.task, class_output=class_output, labels=labels, reference_id="fp32-onnx", dataset=val_name, blank=opts.blank)
+        return compare(
+            ref_out, got, task=opts.task, class_output=class_output, labels=labels, reference_id="fp32-onnx", dataset=val_name, blank=opts.blank,
+            detection=det_fmt, input_hw=input_hw(ins),
+        )  # fmt: skip
 
     if opts.gate is None:  # a task figure this model's outputs cannot give: gate on cosine, and say so
         self_q = compare_to_ref(ref_out)
@@ -354,29 +406,44 @@ def _convert(
         vid = "int8-onnx"
         if prep_error:
             return {"id": vid, "precision": "int8", "error": prep_error}
-        methods = ["static", "dynamic"] if opts.int8.method == "auto" else [opts.int8.method]
+        methods: list[tuple[str, Int8Options]] = [(opts.int8.method, opts.int8)]
+        if opts.int8.method == "auto":
+            methods = [("static", replace(opts.int8, method="static")), ("dynamic", replace(opts.int8, method="dynamic"))]
         recommended, why_rec = choose_int8_method(prep)
         cands: list[dict[str, Any]] = []
-        for meth in methods:
-            dst = work / f"int8_{meth}.onnx"
-            cand: dict[str, Any] = {"kind": meth, "file": dst, "kept": (), "notes": []}
+
+        def make(kind: str, i8: Int8Options) -> dict[str, Any]:
+            dst = work / f"int8_{kind}.onnx"
+            cand: dict[str, Any] = {"kind": kind, "file": dst, "kept": (), "notes": []}
             try:
-                cand["method"] = quantize_target("int8", prep, dst, int8=replace(opts.int8, method=meth), int4=opts.int4, reader_factory=calib.reader)
+                cand["method"] = quantize_target("int8", prep, dst, int8=i8, int4=opts.int4, reader_factory=calib.reader)
                 cand["ok"], cand["summary"], cand["q"] = evaluate(dst)
             except QuantizeError as e:
-                cand.update(method=f"int8 {meth}", error=str(e))
+                cand.update(method=f"int8 {kind}", error=str(e))
             except Exception as e:  # ONNX Runtime refusing the quantized graph
-                cand.update(method=f"int8 {meth}", error=f"ONNX Runtime cannot run the int8 {meth} model it made: {str(e)[:300]}")
+                cand.update(method=f"int8 {kind}", error=f"ONNX Runtime cannot run the int8 {kind} model it made: {str(e)[:300]}")
             cands.append(cand)
+            return cand
+
+        for kind, i8 in methods:
+            make(kind, i8)
+        dyn = next((c for c in cands if c["kind"] == "dynamic"), None)
+        if dyn is not None and not dyn.get("ok") and _has_ops(prep, CONV_OPS) and _has_ops(prep, MATMUL_OPS):
+            # dynamic int8 quantizes a Conv through ONNX Runtime's ConvInteger path, which can lose a model (PP-OCRv4's
+            # recognizer: cosine 0.53); the MatMuls alone keep it (0.9999). Only then: where plain dynamic passes, a
+            # MatMul-only variant would quantize a fraction of the weights (0.94x the size on PP-OCR's classifier).
+            make("dynamic-matmul", replace(opts.int8, method="dynamic", op_types=MATMUL_OPS))
         static = next((c for c in cands if c["kind"] == "static" and "error" not in c), None)
-        dynamic = next((c for c in cands if c["kind"] == "dynamic" and "error" not in c and c["ok"]), None)
+        passing_others = [c for c in cands if c["kind"] != "static" and "error" not in c and c["ok"]]
         ref_ms: float | None = None
-        if static is not None and not static["ok"] and opts.repair and dynamic is not None:
+        if static is not None and not static["ok"] and opts.repair and passing_others:
             # partial int8 is static int8 with nodes kept in float: it runs no faster than static. When a passing
-            # dynamic candidate is already faster than static, the (costly) repair cannot produce the winner.
-            ref_ms = _time_candidates([static, dynamic], ins, outs, opts, name, ref_file, work, det, threads, val_samples)
-            if dynamic["latency_ms"] <= static["latency_ms"]:
-                static["why"] = f"fails the gate ({static['summary']}); partial int8 not made: static ({static['latency_ms']:.3f} ms) is already slower than dynamic ({dynamic['latency_ms']:.3f} ms), and keeping nodes in float does not make it faster"
+            # candidate is already as fast as static, the (costly: one re-quantization per attempt) repair cannot
+            # produce the winner, so it is skipped.
+            ref_ms = _time_candidates([c for c in cands if "error" not in c], ins, outs, opts, name, ref_file, work, det, threads, val_samples)
+            fastest = min(passing_others, key=lambda c: c["latency_ms"])
+            if fastest["latency_ms"] <= static["latency_ms"]:
+                static["why"] = f"fails the gate ({static['summary']}); partial int8 not made: static ({static['latency_ms']:.3f} ms) is already slower than {fastest['kind']} ({fastest['latency_ms']:.3f} ms), which passes, and keeping nodes in float does not make it faster"
                 static["skip_repair"] = True
         if static is not None and not static["ok"] and opts.repair and not static.get("skip_repair"):
             from .repair import repair_int8
@@ -493,6 +560,7 @@ def _convert(
     reports = validate_package(
         pkg, val_samples, labels=labels, dataset=val_name, profile=det.profile, threads=threads, cache_dir=work / "cache",
         calibrate_temperature=opts.calibrate_temperature, fit_samples=fit_samples, fit_labels=fit_labels, fit_source=calib_name, blank=opts.blank,
+        detection=opts.detection_format,
     )  # fmt: skip
 
     # Gate, then write the final package.
@@ -505,7 +573,7 @@ def _convert(
         r: VariantReport = reports[v["id"]]
         q = r.quality or Quality()
         is_ref = v["id"] == "fp32-onnx"
-        ok, fails = (True, ()) if is_ref else check_gate(q, gate)
+        ok, fails = (True, ()) if is_ref else check_gate(q, gate, v["precision"])
         extra = by_made.get(v["id"], {})
         slower = r.slower_than_reference and not is_ref
         notes = list(extra.get("notes", [])) + list(r.notes)
@@ -527,7 +595,7 @@ def _convert(
         rows.append({
             "id": v["id"], "backend": v["backend"], "precision": v["precision"], "file": v["file"], "size": r.size,
             "method": extra.get("method", "fp32 reference (the input model" + (", normalised)" if norm.changed else ")")), "written": keep,
-            "quality": {k: x for k, x in q.to_dict().items() if k in Quality.FIGURES or k == "metric"},
+            "quality": {k: x for k, x in q.to_dict().items() if k in Quality.FIGURES or k in ("metric", "nonfinite_samples")},
             "gate": {"passed": ok, "thresholds": dict(gate), "failures": list(fails), "forced": not ok and opts.force},
             "latency_ms": r.latency_ms, "reference_latency_ms": r.reference_latency_ms, "slower_than_reference": slower,
             "kept_float_nodes": list(extra.get("kept", ())), "notes": notes,
@@ -550,15 +618,7 @@ def _convert(
     # Reference statistics of inputs and outputs (fp32 reference, calibration + validation data) for on-device monitoring.
     from .reference_stats import write_reference_stats
 
-    stats_samples = [*calib.samples, *val_samples]
-    shapes = [tuple((k, x.shape) for k, x in sorted(smp.items())) for smp in stats_samples]
-    if len(set(shapes)) > 1:  # edge_sdk's ReferenceBuilder sums feeds per last-axis column: one input shape only
-        common = max(set(shapes), key=shapes.count)
-        stats_samples = [smp for smp, sh in zip(stats_samples, shapes) if sh == common]
-        model_notes.append(
-            f"reference statistics over the {len(stats_samples)} of {len(shapes)} samples shaped {dict(common)}: "
-            "edge_sdk's reference statistics summarise inputs per last-axis column, which needs one input shape"
-        )
+    stats_samples = [*calib.samples, *val_samples]  # input shapes may vary (dynamic dims): summarised per feature axis
     base["reference_stats"] = write_reference_stats(pkg, stats_samples, work / "reference_stats.json", f"{calib_name} + {val_name}", work / "cache", det.profile)
     files["reference_stats.json"] = work / "reference_stats.json"
     if out.exists():

@@ -40,6 +40,9 @@ class Int8Options:
     calibration: str = "minmax"
     per_channel: bool = True
     nodes_to_exclude: tuple[str, ...] = ()
+    #: dynamic only: quantize just these op types (``op_types_to_quantize``), e.g. ("MatMul", "Gemm") to keep
+    #: convolutions in float (ONNX Runtime's dynamic ConvInteger path can lose a model: PP-OCRv4's recognizer); () = all
+    op_types: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name, value, allowed in (
@@ -181,9 +184,12 @@ def quantize_int8(src: Path, dst: Path, opts: Int8Options, reader_factory: Any =
         desc += ", per-channel" if opts.per_channel else ", per-tensor"
     else:
         quantize_dynamic(
-            str(src), str(dst), weight_type=_qtype(opts.weight_type), per_channel=opts.per_channel, nodes_to_exclude=excl or None
-        )
+            str(src), str(dst), weight_type=_qtype(opts.weight_type), per_channel=opts.per_channel, nodes_to_exclude=excl or None,
+            op_types_to_quantize=list(opts.op_types) or None,
+        )  # fmt: skip
         desc = f"int8 dynamic ({opts.weight_type} weights{', per-channel' if opts.per_channel else ''})"
+        if opts.op_types:
+            desc += f", only {'/'.join(opts.op_types)} quantized (the rest float)"
     if excl:
         desc += f", {len(excl)} node(s) kept in float"
     return desc + (f" [auto: {why}]" if why else "")
@@ -356,14 +362,59 @@ def quantize_int4(src: Path, dst: Path, opts: Int4Options, notes: list[str] | No
     )
 
 
-def convert_fp16(src: Path, dst: Path) -> str:
-    """fp16 weights and compute, fp32 inputs/outputs kept (one Cast at each end)."""
+#: ``convert_float_to_float16`` clamps every float constant into [-max_finite_val, max_finite_val] (default 1e4)
+#: before the cast (onnxruntime/python/tools/transformers/float16.py, ``convert_np_to_float16``): a weight beyond it
+#: is silently changed, not just rounded.
+FP16_CLAMP = 1e4
+
+
+def fp16_unsafe_nodes(model: Any) -> dict[str, str]:
+    """Nodes (by name) that read a float initializer beyond :data:`FP16_CLAMP` in magnitude, with why: fp16 would
+    clamp that weight (PP-OCRv4's detector has a BatchNormalization running variance of 9.8e7; clamped to 1e4 its
+    probability map moved by up to 1.0). They are kept in fp32."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    big: dict[str, float] = {}
+    for t in model.graph.initializer:
+        if t.data_type in (1, 11):  # FLOAT, DOUBLE
+            a = numpy_helper.to_array(t)
+            if a.size:
+                m = float(np.abs(a[np.isfinite(a)]).max()) if np.isfinite(a).any() else 0.0
+                if m > FP16_CLAMP:
+                    big[t.name] = m
+    out: dict[str, str] = {}
+    for n in model.graph.node:
+        hit = [i for i in n.input if i in big]
+        if hit:
+            out[n.name] = f"{n.op_type} reads {hit[0]} (|x| up to {big[hit[0]]:.3g}, beyond fp16's clamp {FP16_CLAMP:g})"
+    return out
+
+
+def convert_fp16(src: Path, dst: Path, notes: list[str] | None = None) -> str:
+    """fp16 weights and compute, fp32 inputs/outputs kept (one Cast at each end); a node whose constant input fp16
+    cannot hold (:func:`fp16_unsafe_nodes`) stays in fp32, with a note saying which and why."""
     import onnx
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
-    m = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True)
+    m = onnx.load(str(src))
+    used = {n.name for n in m.graph.node if n.name}
+    for i, n in enumerate(m.graph.node):  # the block list is by node name
+        if not n.name:
+            name = f"{n.op_type}_{i}"
+            while name in used:
+                name += "_"
+            n.name = name
+            used.add(name)
+    unsafe = fp16_unsafe_nodes(m)
+    m = convert_float_to_float16(m, keep_io_types=True, node_block_list=sorted(unsafe) or None)
     onnx.save(m, str(dst))
-    return "fp16 weights and activations, fp32 inputs/outputs kept"
+    desc = "fp16 weights and activations, fp32 inputs/outputs kept"
+    if unsafe:
+        desc += f", {len(unsafe)} node(s) kept in fp32"
+        if notes is not None:
+            notes.append(f"fp16: {len(unsafe)} node(s) kept in fp32 because a constant they read is out of fp16's range: " + "; ".join(f"{k}: {v}" for k, v in sorted(unsafe.items())))
+    return desc
 
 
 TARGETS = ("int8", "int4", "fp16")
@@ -386,7 +437,7 @@ def quantize_target(
     table = {
         "int8": lambda: quantize_int8(src, dst, int8, reader_factory),
         "int4": lambda: quantize_int4(src, dst, int4, notes),
-        "fp16": lambda: convert_fp16(src, dst),
+        "fp16": lambda: convert_fp16(src, dst, notes),
     }
     return table[target]()
 

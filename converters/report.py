@@ -29,7 +29,8 @@ Schema (``?`` = optional key; values after ``|`` are alternatives)::
         "method": str, "written": bool,
         "quality": {cosine?, max_abs_error?, top1_agreement?, top5_agreement?, value?,
                     position_agreement?, sequence_exact_match?, edit_distance?, box_recall?, box_iou?, mask_iou?: number,
-                    metric?: str, reference?: str, dataset?: str, samples?: int},   # may be {}
+                    metric?: str, reference?: str, dataset?: str, samples?: int,
+                    nonfinite_samples?: int},   # may be {}; nonfinite_samples: outputs NaN/inf where fp32's are finite
         "gate": {"passed": bool, "thresholds"?: {figure: number}, "failures"?: [str], "forced"?: bool},
         "latency_ms"?: number|None, "reference_latency_ms"?: number|None,
         "slower_than_reference"?: bool, "kept_float_nodes"?: [str], "notes"?: [str],
@@ -65,7 +66,7 @@ REPORT_FILES = {"json": "report.json", "md": "report.md", "png": "report.png"}
 
 _TASK_NUMS = ("position_agreement", "sequence_exact_match", "edit_distance", "box_recall", "box_iou", "mask_iou")
 _QUALITY_NUMS = ("cosine", "max_abs_error", "top1_agreement", "top5_agreement", "value", *_TASK_NUMS)
-_QUALITY_KEYS = (*_QUALITY_NUMS, "metric", "reference", "dataset", "samples")
+_QUALITY_KEYS = (*_QUALITY_NUMS, "metric", "reference", "dataset", "samples", "nonfinite_samples")
 _VARIANT_REQUIRED = ("id", "backend", "precision", "file", "size", "method", "written", "quality", "gate")
 _VARIANT_OPTIONAL = ("latency_ms", "reference_latency_ms", "slower_than_reference", "kept_float_nodes", "notes", "calibration", "candidates")
 _CANDIDATE_KEYS = ("method", "passed", "chosen", "quality", "latency_ms", "reference_latency_ms", "error", "why")

@@ -16,8 +16,11 @@ variant forced, so the same runtime path as on a device is measured):
   ``sequence``: ``position_agreement`` (per-position argmax), ``sequence_exact_match`` and
   ``edit_distance`` of the greedy-CTC-decoded sequences (repeats collapsed, blank removed);
   ``detection``: ``box_recall`` and ``box_iou`` of the variant's boxes against the reference's
-  (decoded by the package's detection decoder, else output rows); ``segmentation``: ``mask_iou``
-  of argmax masks (one channel: thresholded at 0.5).
+  (decoded by the package's detection decoder, else the raw head decoded by :class:`DetectionFormat`:
+  YOLOv8, YOLOv5, SSD boxes + scores, BlazeFace, or rows; score threshold, then NMS);
+  ``segmentation``: ``mask_iou`` of argmax masks (one channel: thresholded at 0.5);
+- ``nonfinite_samples``: samples where the variant's outputs hold NaN/inf where the reference's
+  are finite; any such sample fails the gate (:func:`check_gate`), and no non-finite figure is kept.
 
 Latency: median wall time of ``Model.predict`` at batch 1, variants interleaved
 in rounds so drift of the machine's speed hits all of them alike.
@@ -83,9 +86,13 @@ def parse_gate(text: str) -> dict[str, float]:
     return out
 
 
-def check_gate(q: Quality, thresholds: Mapping[str, float]) -> tuple[bool, tuple[str, ...]]:
-    """(passed, failures). A figure the variant has no measurement for fails."""
+def check_gate(q: Quality, thresholds: Mapping[str, float], what: str = "") -> tuple[bool, tuple[str, ...]]:
+    """(passed, failures). A figure the variant has no measurement for fails; so does any sample whose outputs are
+    non-finite where the reference's are finite (``what``, e.g. the precision, names the variant in that failure)."""
     failures = []
+    if q.nonfinite_samples:
+        of = f" of {q.samples}" if q.samples is not None else ""
+        failures.append(f"{(what + ' ') if what else ''}outputs non-finite in {q.nonfinite_samples}{of} samples (the reference's are finite)")
     for name, limit in thresholds.items():
         v = getattr(q, name)
         if v is None:
@@ -218,6 +225,16 @@ def box_agreement(ref: Sequence[np.ndarray], got: Sequence[np.ndarray], *, iou: 
     return found / n_ref, float(np.mean(ious)), (found / n_got if n_got else 0.0), n_ref
 
 
+def _channel_axis(shape: tuple[int, ...], layout: str) -> int:
+    """The class axis of one sample's 3-D score map: the layout's (NCHW: 0, NHWC: 2), unless the other end is the
+    narrow one (a [H, W, 1] map under an NCHW image input: MediaPipe's selfie segmenter), where the layout of the
+    *input* said nothing about the output's."""
+    hinted, other = (0, 2) if layout == "NCHW" else (2, 0)
+    if shape[other] < shape[hinted] and shape[other] <= 64:
+        return other
+    return hinted
+
+
 def mask_iou(ref: Sequence[np.ndarray], got: Sequence[np.ndarray], layout: str = "NCHW") -> tuple[float, str]:
     """(mean mask IoU, how masks were made): per sample, argmax over the channel axis (``layout`` NCHW: axis 1, NHWC:
     the last; NHW or one channel: the mask is ``score >= 0.5``, or ``>= 0`` when the scores leave [0, 1], i.e. logits),
@@ -229,7 +246,7 @@ def mask_iou(ref: Sequence[np.ndarray], got: Sequence[np.ndarray], layout: str =
             raise ValidationError(f"segmentation outputs: expected matching shapes, got {r.shape} and {g.shape}")
         for i in range(r.shape[0]):
             a, b = r[i], g[i]
-            c_ax = None if layout == "NHW" or a.ndim < 3 else (0 if layout == "NCHW" else a.ndim - 1)
+            c_ax = None if layout == "NHW" or a.ndim < 3 else _channel_axis(a.shape, layout)
             if c_ax is not None and a.shape[c_ax] > 1:
                 ma, mb = a.argmax(c_ax), b.argmax(c_ax)
                 how = f"argmax over {a.shape[c_ax]} channels"
@@ -280,6 +297,121 @@ def detection_rows(decoded: Any) -> np.ndarray:
     return np.concatenate(rows) if rows else np.zeros((0, 6))
 
 
+# ------------------------------------------------------------------ raw detection heads
+
+#: ``--detection-format`` values: how a raw detection head (no decoder in the package) is read.
+DETECTION_FORMATS = ("auto", "yolov8", "yolov5", "ssd", "blazeface", "rows")
+BLAZEFACE_SCORE = 0.5  # MediaPipe's face detection graph: min_score_thresh 0.5
+NMS_IOU = 0.45
+
+
+@dataclass(frozen=True)
+class DetectionFormat:
+    """How the converter decodes a raw detection head into [N, 6] rows (x1, y1, x2, y2, score, class), the same way
+    for the reference and every variant: boxes with score >= ``score_threshold``, then NMS (``NMS_IOU``, per class).
+
+    ``kind``: ``yolov8`` (one output [B, 4 + C, N] or [B, N, 4 + C]: cx, cy, w, h, class scores; the box axis is the
+    longer one), ``yolov5`` ([B, N, 5 + C]: cx, cy, w, h, objectness, class scores; score = obj x class),
+    ``ssd`` (boxes [B, N, 4] x1, y1, x2, y2 and scores [B, N, C]; logits go through a sigmoid), ``blazeface``
+    (MediaPipe's regressors [B, 896, 4 + 2K] and logits [B, 896, 1] on the short-range anchors; weighted NMS, as
+    MediaPipe's graph) or ``rows`` ([B, N, 6+]: x1, y1, x2, y2, score, class; no NMS). ``outputs``: the output names it
+    reads; ``why``: what it assumed, for the notes."""
+
+    kind: str
+    outputs: tuple[str, ...]
+    score_threshold: float = SCORE_THRESHOLD
+    input_hw: tuple[int, int] | None = None
+    why: str = ""
+
+    def decode(self, outs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """One sample's outputs -> [N, 6] rows."""
+        from edge_sdk.processing import detection as D
+
+        if self.kind == "rows":
+            x = np.asarray(outs[self.outputs[0]], np.float64)
+            r = x.reshape(-1, x.shape[-1])[:, :6]
+            r = r[np.isfinite(r).all(1)]
+            return r[r[:, 4] >= self.score_threshold] if len(r) else r.reshape(0, 6)
+        if self.kind in ("yolov8", "yolov5"):
+            layout = "xywh+classes" if self.kind == "yolov8" else "xywh+obj+classes"
+            d = D.decode_yolo(np.asarray(outs[self.outputs[0]]), layout=layout, score_threshold=self.score_threshold, iou_threshold=NMS_IOU, max_detections=None, clip=False)
+            return detection_rows(d)
+        if self.kind == "blazeface":
+            d = D.decode_blazeface(outs[self.outputs[0]], outs[self.outputs[1]], input_size=self.input_hw or (128, 128), score_threshold=self.score_threshold)
+            return detection_rows(d)
+        boxes = np.asarray(outs[self.outputs[0]], np.float64).reshape(-1, 4)
+        sc = np.asarray(outs[self.outputs[1]], np.float64)
+        sc = sc.reshape(boxes.shape[0], -1)
+        if sc.size and (float(np.nanmin(sc)) < 0.0 or float(np.nanmax(sc)) > 1.0):
+            sc = 1.0 / (1.0 + np.exp(-np.clip(sc, -100, 100)))
+        cid = sc.argmax(1) if sc.shape[1] else np.zeros(len(boxes), np.int64)
+        score = sc[np.arange(len(boxes)), cid] if sc.shape[1] else np.zeros(len(boxes))
+        ok = (score >= self.score_threshold) & np.isfinite(boxes).all(1) & np.isfinite(score)
+        boxes, score, cid = boxes[ok], score[ok], cid[ok]
+        keep = D.nms(boxes, score, NMS_IOU, class_ids=cid)
+        return np.column_stack([boxes[keep], score[keep], cid[keep].astype(np.float64)]) if len(keep) else np.zeros((0, 6))
+
+
+def detection_format(sample: Mapping[str, np.ndarray], fmt: str = "auto", input_hw: tuple[int, int] | None = None) -> DetectionFormat | None:
+    """The :class:`DetectionFormat` of a raw head, from one sample's outputs (name -> array with batch 1): ``fmt``
+    names it (a ValidationError when the outputs do not have that form), or ``"auto"`` tells it from the shapes:
+    one [1, A, B] output: ``rows`` when B == 6, ``yolov8`` when A < B (channels first, as Ultralytics exports it),
+    ``yolov5`` when A > B > 6; two outputs over the same N: ``blazeface`` for [1, 896, 4 + 2K] + [1, 896, 1], else
+    ``ssd`` for [1, N, 4] + [1, N, C]. None when auto finds none of these."""
+    if fmt not in DETECTION_FORMATS:
+        raise ValidationError(f"detection format: expected one of {list(DETECTION_FORMATS)}, got {fmt!r}")
+    r3 = {k: v.shape for k, v in sample.items() if v.ndim == 3 and v.shape[0] == 1}
+    shapes = {k: list(v.shape) for k, v in sample.items()}
+    one = next(iter(r3), None)
+    pair = None
+    for a in r3:
+        for b in r3:
+            if a == b or r3[a][1] != r3[b][1] or pair is not None:
+                continue
+            if r3[a][2] == 4 or (r3[a][2] > 4 and (r3[a][2] - 4) % 2 == 0 and r3[b][2] == 1):
+                pair = (a, b)  # (boxes or regressors, scores)
+    if fmt == "auto":
+        if pair is not None:
+            a, b = pair
+            if r3[a][1] == 896 and r3[b][2] == 1 and r3[a][2] > 4:
+                return DetectionFormat("blazeface", pair, BLAZEFACE_SCORE, input_hw, f"auto: BlazeFace (regressors {a!r} {list(r3[a])}, logits {b!r} {list(r3[b])}, MediaPipe's 896 short-range anchors)")
+            if r3[a][2] == 4:
+                return DetectionFormat("ssd", pair, SCORE_THRESHOLD, input_hw, f"auto: SSD-style boxes {a!r} {list(r3[a])} (x1, y1, x2, y2) + scores {b!r} {list(r3[b])}")
+        if len(r3) == 1 and one is not None:
+            _, d1, d2 = r3[one]
+            if d2 == 6:
+                return DetectionFormat("rows", (one,), why=f"auto: rows of {one!r} {list(r3[one])} (x1, y1, x2, y2, score, class)")
+            if 5 <= d1 < d2:
+                return DetectionFormat("yolov8", (one,), why=f"auto: YOLOv8 head {one!r} {list(r3[one])} = [B, 4 + {d1 - 4} classes, {d2} boxes] (cx, cy, w, h, class scores)")
+            if d1 > d2 > 6:
+                return DetectionFormat("yolov5", (one,), why=f"auto: YOLOv5 head {one!r} {list(r3[one])} = [B, {d1} boxes, 5 + {d2 - 5} classes] (cx, cy, w, h, objectness, class scores); give --detection-format yolov8 for a [B, N, 4 + C] head without objectness")
+        return None
+    if fmt in ("blazeface", "ssd"):
+        if pair is None:
+            raise ValidationError(f"detection format {fmt}: expected two outputs [1, N, 4 + 2K or 4] and [1, N, C] over the same N, got {shapes}")
+        score = BLAZEFACE_SCORE if fmt == "blazeface" else SCORE_THRESHOLD
+        return DetectionFormat(fmt, pair, score, input_hw, f"--detection-format {fmt}: outputs {list(pair)}")
+    if one is None:
+        raise ValidationError(f"detection format {fmt}: expected a [1, A, B] output, got {shapes}")
+    _, d1, d2 = r3[one]
+    need = {"yolov8": min(d1, d2) >= 5, "yolov5": d2 >= 6, "rows": d2 >= 6}[fmt]
+    if not need:
+        raise ValidationError(f"detection format {fmt}: output {one!r} {list(r3[one])} does not have that form")
+    return DetectionFormat(fmt, (one,), why=f"--detection-format {fmt}: output {one!r} {list(r3[one])}")
+
+
+def input_hw(specs: Sequence[TensorSpec]) -> tuple[int, int] | None:
+    """(height, width) of the first image input: its preprocess size, else fixed H and W dims of an NCHW/NHWC input."""
+    for sp in specs:
+        if sp.preprocess is not None:
+            return (int(sp.preprocess.size_hw[0]), int(sp.preprocess.size_hw[1]))
+        if sp.layout in ("NCHW", "NHWC") and len(sp.shape) == 4:
+            h, w = (sp.shape[2], sp.shape[3]) if sp.layout == "NCHW" else (sp.shape[1], sp.shape[2])
+            if isinstance(h, int) and isinstance(w, int):
+                return (h, w)
+    return None
+
+
 @dataclass(frozen=True)
 class Comparison:
     """The quality figures of one variant's outputs against the reference's, with notes on what could not be measured."""
@@ -300,6 +432,8 @@ def compare(
     ref_boxes: Sequence[np.ndarray] | None = None,
     got_boxes: Sequence[np.ndarray] | None = None,
     seg_layout: str = "NCHW",
+    detection: str | DetectionFormat = "auto",
+    input_hw: tuple[int, int] | None = None,
 ) -> Comparison:
     """Quality of ``got`` against ``ref``: per output name, either an array stacked over samples on axis 0 or a list
     of per-sample arrays (shapes that vary from sample to sample).
@@ -307,9 +441,14 @@ def compare(
     Task figures: ``sequence`` (CTC/token outputs ``[batch, positions, classes]``, the first rank-3 output):
     position agreement, decoded exact match and edit distance (``blank`` is the CTC blank index); ``detection``: box
     recall and IoU of the variant's boxes against the reference's (``ref_boxes``/``got_boxes``, decoded [N, 6] rows per
-    sample, when the package has a detection decoder; else the first output read as ``[1, N, 6+]`` rows, score >=
-    0.25); ``segmentation``: mask IoU (the first output, ``seg_layout``). A task figure that cannot be measured is
-    left out, with a note saying why."""
+    sample, when the package has a detection decoder; else the raw head decoded the same way for both by
+    ``detection``, a :class:`DetectionFormat` or a ``--detection-format`` name, ``"auto"`` by default, with
+    ``input_hw`` the model input's (height, width)); ``segmentation``: mask IoU (the first output, ``seg_layout``).
+    A task figure that cannot be measured is left out, with a note saying why.
+
+    Outputs that are NaN or infinite where the reference's are finite (an fp16 overflow) are counted per sample in
+    ``nonfinite_samples`` (a gate failure); cosine and max abs error are then over the values finite in both, and a
+    figure that still comes out non-finite is left out (None) with a note: nothing non-finite reaches a manifest."""
     names = sorted(ref)
     rs = {k: per_sample(ref[k]) for k in names}
     gs = {k: per_sample(got[k]) for k in names}
@@ -318,8 +457,18 @@ def compare(
     n = len(rs[names[0]])
     if a.shape != b.shape:
         raise ValidationError(f"outputs differ in size from the reference's ({b.size} vs {a.size} values)")
-    kw: dict[str, Any] = {"reference": reference_id, "cosine": round(_cosine(a, b), 6), "max_abs_error": float(np.abs(a - b).max()) if a.size else 0.0, "dataset": dataset, "samples": n}
     notes: list[str] = []
+    both = np.isfinite(a) & np.isfinite(b)
+    bad = 0
+    if not both.all():
+        for i in range(n):
+            bad += any(bool((~np.isfinite(gs[k][i]) & np.isfinite(rs[k][i])).any()) for k in names if gs[k][i].shape == rs[k][i].shape)
+        if bad:
+            notes.append(f"outputs non-finite (NaN or inf) in {bad} of {n} samples where the reference's are finite; cosine and max abs error over the {int(both.sum())} of {a.size} values finite in both")
+        a, b = a[both], b[both]
+    kw: dict[str, Any] = {"reference": reference_id, "cosine": round(_cosine(a, b), 6), "max_abs_error": float(np.abs(a - b).max()) if a.size else 0.0, "dataset": dataset, "samples": n}
+    if bad:
+        kw["nonfinite_samples"] = bad
     stacked = {k: ref[k] if isinstance(ref[k], np.ndarray) else None for k in names}
     co = class_output
     if co is None and task not in ("detection", "sequence", "segmentation") and len(names) == 1:
@@ -347,22 +496,31 @@ def compare(
             kw.update(sequence_figures(rs[seq], gs[seq], blank))
             notes.append(f"sequence figures on output {seq!r} (greedy CTC decoding, blank {blank})")
     if task == "detection":
+        rb = gb = None
+        thr = SCORE_THRESHOLD
         if ref_boxes is not None and got_boxes is not None:
             rb, gb, src = list(ref_boxes), list(got_boxes), "decoded by the package's detection decoder"
         else:
-            det = next((k for k in names if rs[k][0].ndim == 3 and rs[k][0].shape[-1] >= 6), None)
-            rb = gb = None
-            if det is None:
-                notes.append(f"box figures not measured: no output is [1, N, 6+] rows and the package has no detection decoder (shapes {[rs[k][0].shape for k in names]})")
+            fmt = detection if isinstance(detection, DetectionFormat) else detection_format({k: rs[k][0] for k in names}, detection, input_hw)
+            if fmt is None:
+                notes.append(
+                    f"box figures not measured: the package has no detection decoder and the outputs {[list(rs[k][0].shape) for k in names]} are none of "
+                    "the raw heads read (YOLOv8 [B, 4+C, N], YOLOv5 [B, N, 5+C], SSD boxes [B, N, 4] + scores [B, N, C], BlazeFace, [B, N, 6] rows); give --detection-format"
+                )
             else:
-                rb = [x.reshape(-1, x.shape[-1])[:, :6].astype(np.float64) for x in rs[det]]
-                gb = [x.reshape(-1, x.shape[-1])[:, :6].astype(np.float64) for x in gs[det]]
-                src = f"rows of output {det!r}"
+                try:
+                    rb = [fmt.decode({k: rs[k][i] for k in names}) for i in range(n)]
+                    gb = [fmt.decode({k: gs[k][i] for k in names}) for i in range(n)]
+                except (ValueError, KeyError) as e:
+                    notes.append(f"box figures not measured: decoding the outputs as {fmt.kind} failed: {e}")
+                    rb = gb = None
+                src = f"raw head decoded as {fmt.kind}: {fmt.why}; NMS IoU {NMS_IOU}" if fmt.kind != "rows" else f"{fmt.why}"
+                thr = fmt.score_threshold
         if rb is not None and gb is not None:
-            keep = lambda x: x[x[:, 4] >= SCORE_THRESHOLD] if len(x) else x.reshape(0, 6)  # noqa: E731
+            keep = lambda x: x[x[:, 4] >= thr] if len(x) else x.reshape(0, 6)  # noqa: E731
             rec, iou, prec, nref = box_agreement([keep(x) for x in rb], [keep(x) for x in gb])
             kw["box_recall"], kw["box_iou"] = rec, iou
-            notes.append(f"box figures ({src}, score >= {SCORE_THRESHOLD}): {nref} reference box(es), recall {rec:.4f}, mean IoU {iou:.4f}, precision {prec:.4f}")
+            notes.append(f"box figures ({src}, score >= {thr}): {nref} reference box(es), recall {rec:.4f}, mean IoU {iou:.4f}, precision {prec:.4f}")
         if labels is not None:
             out = got[names[0]]
             if not isinstance(out, np.ndarray):
@@ -381,6 +539,10 @@ def compare(
         else:
             kw["mask_iou"], how = mask_iou(rs[seg], gs[seg], seg_layout if rs[seg][0].ndim == 4 else "NHW")
             notes.append(f"mask IoU on output {seg!r} ({how})")
+    for k, v in list(kw.items()):
+        if isinstance(v, float) and not math.isfinite(v):
+            notes.append(f"{k} not recorded: it came out {v}")
+            kw[k] = None
     return Comparison(Quality(**kw), tuple(notes))
 
 
@@ -509,6 +671,7 @@ def validate_package(
     fit_source: str | None = None,
     n_bins: int = DEFAULT_BINS,
     blank: int = 0,
+    detection: str = "auto",
 ) -> dict[str, VariantReport]:
     """Measure every variant against the reference. ``samples`` are laid out for
     the package-level input specs (the reference's).
@@ -517,7 +680,8 @@ def validate_package(
     bins) on the raw scores and after the variant's manifest ``temperature``; with ``calibrate_temperature`` a
     temperature is fitted per variant instead, on ``fit_samples``/``fit_labels`` when given (``fit_source`` names
     them), else on ``samples``/``labels`` themselves (then the after figures are optimistic). ``blank``: the CTC blank
-    index for ``task = "sequence"`` (:func:`compare`)."""
+    index for ``task = "sequence"`` (:func:`compare`); ``detection``: how a raw detection head is read when the package
+    has no detection decoder (:data:`DETECTION_FORMATS`, :func:`detection_format`)."""
     pkg = package if isinstance(package, ModelPackage) else ModelPackage.open(package)
     m = pkg.manifest
     if not samples:
@@ -540,7 +704,8 @@ def validate_package(
             got, got_boxes = (ref_out, ref_boxes) if v.id == ref.id else meas.outputs_and_boxes(v.id, samples)
             c = compare(
                 ref_out, got, task=m.task, class_output=class_output, labels=labels, reference_id=ref.id, dataset=dataset,
-                blank=blank, ref_boxes=ref_boxes, got_boxes=got_boxes, seg_layout=seg_layout,
+                blank=blank, ref_boxes=ref_boxes, got_boxes=got_boxes, seg_layout=seg_layout, detection=detection,
+                input_hw=input_hw(m.inputs),
             )  # fmt: skip
             cal = None
             if calibrated:

@@ -67,11 +67,6 @@ def test_every_edge_sdk_option_has_help() -> None:
     assert "cmd" in walked and "version" in walked
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="converters/cli.py belongs to the converter work in progress: its package/quantize/validate/inspect/llm options "
-    "still need help texts (strict: this fails once they have them, so the mark is removed then)",
-)
 def test_every_edge_convert_option_has_help(monkeypatch: pytest.MonkeyPatch) -> None:
     assert undocumented(edge_convert_parser(monkeypatch), "edge-convert") == []
 

@@ -144,3 +144,18 @@ def test_a_task_gate_this_model_cannot_measure_falls_back_to_cosine(tmp_path: Pa
     assert any("box_recall" in t and "gated on cosine" in t for t in res.report["notes"])
     forced = convert(model, tmp_path / "cal.npy", tmp_path / "pkg2", ConvertOptions(targets=("fp16",), task="detection", progress=False, gate={"box_recall": 0.9}))
     assert forced.refused == ("fp16-onnx",) and "box_recall not measured" in next(r for r in forced.report["variants"] if r["id"] == "fp16-onnx")["gate"]["failures"][0]
+
+
+def test_mask_iou_finds_the_channel_axis_of_an_nhwc_one_channel_map() -> None:
+    """A [1, H, W, 1] probability map (MediaPipe's selfie segmenter) under an NCHW hint is thresholded as one
+    channel, not argmaxed over H: the same map scores 1.0, a shifted one less."""
+    from converters.validate import mask_iou
+
+    rng = np.random.default_rng(0)
+    ref = (rng.random((1, 64, 48, 1)) > 0.5).astype(np.float32) * 0.9 + 0.05
+    iou, how = mask_iou([ref], [ref.copy()], "NCHW")
+    assert iou == 1.0 and how == "one channel thresholded at 0.5"
+    shifted, _ = mask_iou([ref], [np.roll(ref, 5, axis=2)], "NCHW")
+    assert shifted < 0.7
+    multi = rng.random((1, 3, 32, 32)).astype(np.float32)  # NCHW with 3 classes stays argmax over axis 1
+    assert mask_iou([multi], [multi], "NCHW") == (1.0, "argmax over 3 channels")

@@ -155,7 +155,7 @@ def test_gate_failure_is_repaired_refused_or_forced(tmp_path: Path) -> None:
 # (what is wrong, expected message) — the converter refuses before doing any work
 REFUSALS = [
     ("pickle", "pickle"),
-    ("tflite", "pass it with --tflite"),
+    ("tflite", "unsupported TFLite op FULLY_CONNECTED at operator 6"),  # TFLite input goes through the translator
     ("overwrite", "not empty"),
     ("empty-calibration", "cal_empty"),
 ]
@@ -344,3 +344,32 @@ def test_compare_detection_task() -> None:
     assert c.quality.metric == "f1@iou0.5" and c.quality.value == pytest.approx(2 * 1.0 * 0.5 / 1.5)
     assert any("precision 1.0000, recall 0.5000" in n for n in c.notes) and c.quality.top1_agreement is None
     assert c.quality.box_recall == 0.5  # the variant's boxes against the reference's: the second image's collapsed
+
+
+def test_a_float_tflite_model_is_quantized_through_its_onnx_translation(tmp_path: Path) -> None:
+    """MediaPipe's BlazeFace as shipped (.tflite) is the converter's input: its exact ONNX translation
+    is the fp32 reference and is quantized, and the original is kept as a variant beside it."""
+    import cv2
+    import skimage
+
+    from tools.fixtures.fetch_pretrained import fetch
+
+    tfl = fetch("mediapipe-face-detection-short-range")
+    cal = tmp_path / "cal"
+    cal.mkdir()
+    img = cv2.cvtColor(skimage.data.astronaut(), cv2.COLOR_RGB2BGR)
+    for i, (y, x, s) in enumerate([(0, 0, 512), (40, 100, 300), (60, 140, 200), (20, 60, 400), (0, 112, 400), (80, 120, 256)]):
+        crop = img[y : y + s, x : x + s]
+        cv2.imwrite(str(cal / f"a{i}.png"), crop if i % 2 else crop[:, ::-1])
+    pre = "size=128x128,resize=stretch,color=RGB,mean=127.5:127.5:127.5,std=127.5:127.5:127.5"
+    r = subprocess.run(
+        [sys.executable, "-m", "converters.cli", "quantize", str(tfl), "--calibration", str(cal), "--to", "fp16", "--out", str(tmp_path / "pkg"),
+         "--task", "raw", "--preprocess", pre, "--quiet"],
+        capture_output=True, text=True, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    m = ModelPackage.open(tmp_path / "pkg").manifest
+    assert {v.id: v.backend for v in m.variants} == {"fp32-onnx": "onnxruntime", "fp16-onnx": "onnxruntime", "fp32-tflite": "litert"}
+    tv = m.variant("fp32-tflite")
+    assert tv.quality is not None and tv.quality.cosine is not None and tv.quality.cosine > 0.9999  # the translation is exact
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cal", "pkg"]  # nothing else written into the cwd

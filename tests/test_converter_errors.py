@@ -66,12 +66,15 @@ def test_edge_convert_reports_every_converter_error_in_one_line(
     """The CLI catches the base class, so none can be left out of a list (before, SignatureError,
     TFLiteBuildError and CalibrationQualityError were, and escaped as tracebacks)."""
 
+    # an error that carries fields is built with them (the translator's names the op and its index)
+    err = cls("FANCY_OP", 3) if cls.__name__ == "UnsupportedOpError" else cls("what was expected, what was found")
+
     def boom(*_a: object, **_k: object) -> None:
-        raise cls("what was expected, what was found")
+        raise err
 
     monkeypatch.setattr("converters.inspect_model.inspect_model", boom)  # cmd_inspect imports it from there when run
     assert cli.main(["inspect", "model.onnx"]) == 1
-    assert capsys.readouterr().err == f"edge-convert: {cls.__name__}: what was expected, what was found\n"
+    assert capsys.readouterr().err == f"edge-convert: {cls.__name__}: {err}\n"
 
 
 def test_a_signature_error_from_bad_input_is_one_line_in_a_subprocess(tmp_path: Path) -> None:

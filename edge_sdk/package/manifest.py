@@ -495,6 +495,9 @@ class Quality:
     box_iou: float | None = None
     #: segmentation: mean IoU of the variant's argmax (one channel: >= 0.5) masks with the reference's.
     mask_iou: float | None = None
+    #: samples (of ``samples``) where the variant's outputs hold NaN or infinity where the reference's are finite
+    #: (e.g. an fp16 overflow); any is a gate failure, whatever the thresholds.
+    nonfinite_samples: int | None = None
 
     #: The numeric figures (floats): what a :class:`Gate` threshold may name.
     FIGURES = (
@@ -508,13 +511,14 @@ class Quality:
     def from_dict(cls, d: Mapping[str, Any], where: str) -> "Quality":
         """Parse a variant's ``quality`` table; :class:`~edge_sdk.errors.ManifestError` (naming ``where``) for an unknown key or a wrong
         type."""
-        _no_unknown(d, ("reference", "metric", "dataset", "samples", *cls.FIGURES), where)
+        _no_unknown(d, ("reference", "metric", "dataset", "samples", "nonfinite_samples", *cls.FIGURES), where)
         nums = {k: (None if (v := _opt(d, k, (int, float), where)) is None else float(v)) for k in cls.FIGURES}
         return cls(
             reference=_opt(d, "reference", str, where),
             metric=_opt(d, "metric", str, where),
             dataset=_opt(d, "dataset", str, where),
             samples=_opt(d, "samples", int, where),
+            nonfinite_samples=_opt(d, "nonfinite_samples", int, where),
             **nums,
         )
 

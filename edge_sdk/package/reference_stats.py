@@ -243,6 +243,20 @@ def _floats(x: Any, where: str) -> list[float]:
 # extraction: the same code on both sides
 
 
+def _feature_axis(spec: Any) -> int | None:
+    """The axis whose entries are a features input's features: the last axis when its size is fixed (as before);
+    when it varies (a text line's width, a dynamic sequence), the layout's channel axis if fixed, else the last fixed
+    axis after the batch; None when every axis varies (the input is then one feature, its mean)."""
+    shape = tuple(spec.shape)
+    if len(shape) < 2 or isinstance(shape[-1], int):
+        return len(shape) - 1 if shape else None
+    layout = str(getattr(spec, "layout", None) or "")
+    if "C" in layout and len(layout) == len(shape) and isinstance(shape[layout.index("C")], int):
+        return layout.index("C")
+    fixed = [i for i in range(1, len(shape)) if isinstance(shape[i], int)]
+    return fixed[-1] if fixed else None
+
+
 class Extractor:
     """Per-row summary values of a model's feeds and outputs (one instance per model; cheap calls).
 
@@ -252,7 +266,7 @@ class Extractor:
     def __init__(self, inputs: Sequence[Any], outputs: Sequence[Any], decoder: Any, state_inputs: Iterable[str] = ()) -> None:
         state = set(state_inputs)
         self._images: list[tuple[str, Any, np.ndarray, np.ndarray, tuple[str, ...], bool, float]] = []
-        self._features: list[tuple[str, int]] = []
+        self._features: list[tuple[str, int, int | None]] = []  # (name, rank, feature axis or None: one feature)
         for s in inputs:
             if s.name in state or not str(s.dtype).startswith(("float", "uint8", "int8")):
                 continue
@@ -267,7 +281,7 @@ class Extractor:
                     b = np.full(len(chans), 128.0 if s.dtype == "int8" else 0.0)
                 self._images.append((s.name, s.layout, a, b, chans, s.layout == "NCHW", 1.0))
             elif s.dtype.startswith("float"):
-                self._features.append((s.name, s.rank))
+                self._features.append((s.name, s.rank, _feature_axis(s)))
         kind = getattr(decoder, "kind", "raw")
         self.output_kind = kind if kind in ("classification", "detection") else "raw"
         self._cls_output = (decoder.output or outputs[0].name) if self.output_kind == "classification" else None
@@ -288,8 +302,10 @@ class Extractor:
         out: dict[str, dict[str, Any]] = {}
         for name, layout, _a, _b, chans, *_rest in self._images:
             out[name] = {"kind": "image", "layout": layout, "channels": list(chans)}
-        for name, rank in self._features:
+        for name, rank, ax in self._features:
             out[name] = {"kind": "features", "rank": rank}
+            if rank >= 2 and ax != rank - 1:
+                out[name]["feature_axis"] = ax
         return out
 
     def inputs(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -320,13 +336,14 @@ class Extractor:
             out[f"{name}.sharpness"] = (dx + dy) * abs(la)
             for i, c in enumerate(chans):
                 out[f"{name}.mean_{c}"] = cm[:, i]
-        for name, rank in self._features:
+        for name, rank, ax in self._features:
             x = feeds[name]
             n = x.shape[0]
-            if rank <= 1:
-                m = x.reshape(n, 1).astype(np.float64)
+            if rank <= 1 or ax is None:
+                m = x.reshape(n, -1).mean(axis=1, dtype=np.float64)[:, None]
             else:
-                m = x.reshape(n, -1, x.shape[-1]).mean(axis=1, dtype=np.float64)  # [n, F]: window mean per feature
+                xf = np.moveaxis(x, ax, -1)
+                m = xf.reshape(n, -1, xf.shape[-1]).mean(axis=1, dtype=np.float64)  # [n, F]: window mean per feature
             for i in range(min(m.shape[1], MAX_FEATURES)):
                 out[f"{name}.f{i}"] = m[:, i]
         return out
@@ -397,7 +414,12 @@ class ReferenceBuilder:
                 px = np.moveaxis(x, 1 if nchw else x.ndim - 1, -1).reshape(-1, len(chans)) * a + b
                 fin = np.ones_like(px, bool)
             else:
-                px = x.reshape(-1, x.shape[-1]) if x.ndim >= 2 else x.reshape(-1, 1)
+                ax = next(t[2] for t in self.ex._features if t[0] == name)
+                if x.ndim >= 2 and ax is not None:
+                    xf = np.moveaxis(x, ax, -1)  # the feature axis is fixed in size; the others (a varying width) are pooled
+                    px = xf.reshape(-1, xf.shape[-1])
+                else:
+                    px = x.reshape(-1, 1)
                 fin = np.isfinite(px)
             acc = self._feeds.setdefault(name, [0.0, 0.0, np.inf, -np.inf, 0, 0])  # sum, sumsq, min, max, finite, total
             z = np.where(fin, px, 0.0)
