@@ -133,6 +133,14 @@ def name_nodes(path: Path) -> int:
     import onnx
 
     m = onnx.load(str(path))
+    k = _name_nodes(m)
+    if k:
+        onnx.save(m, str(path))
+    return k
+
+
+def _name_nodes(m: Any) -> int:
+    """:func:`name_nodes` on a loaded ModelProto; how many nodes got a name."""
     used = {n.name for n in m.graph.node if n.name}
     k = 0
     for i, n in enumerate(m.graph.node):
@@ -143,8 +151,6 @@ def name_nodes(path: Path) -> int:
             n.name = name
             used.add(name)
             k += 1
-    if k:
-        onnx.save(m, str(path))
     return k
 
 
@@ -398,14 +404,7 @@ def convert_fp16(src: Path, dst: Path, notes: list[str] | None = None) -> str:
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
     m = onnx.load(str(src))
-    used = {n.name for n in m.graph.node if n.name}
-    for i, n in enumerate(m.graph.node):  # the block list is by node name
-        if not n.name:
-            name = f"{n.op_type}_{i}"
-            while name in used:
-                name += "_"
-            n.name = name
-            used.add(name)
+    _name_nodes(m)  # the block list is by node name
     unsafe = fp16_unsafe_nodes(m)
     m = convert_float_to_float16(m, keep_io_types=True, node_block_list=sorted(unsafe) or None)
     onnx.save(m, str(dst))

@@ -227,13 +227,18 @@ def _check_quantize(entry: CatalogEntry, targets: tuple[str, ...], calibration: 
     return cal.resolve()
 
 
-def _child(cmd: list[str], what: str, entry: CatalogEntry, log: Callable[[str], None] | None, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess[str]:
+def _child(
+    cmd: list[str], what: str, entry: CatalogEntry, log: Callable[[str], None] | None, ok: tuple[int, ...] = (0,),
+    timeout_s: float = CONVERT_TIMEOUT_S,
+) -> subprocess.CompletedProcess[str]:
+    """Run one converter step in a child process (edge_sdk never imports converters); CatalogError with the
+    last lines of its output when it exits with a status outside ``ok`` or runs past ``timeout_s``."""
     if log:
         log(f"{what}: {' '.join(cmd[2:])}")
     try:
-        proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=CONVERT_TIMEOUT_S)
+        proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        raise CatalogError(f"{entry.name}: {what} did not finish within {CONVERT_TIMEOUT_S:g} s") from None
+        raise CatalogError(f"{entry.name}: {what} did not finish within {timeout_s:g} s") from None
     if proc.returncode not in ok:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-10:])
         raise CatalogError(f"{entry.name}: {what} exited with {proc.returncode}:\n{tail}")
@@ -350,16 +355,10 @@ def _build_llm(entry: CatalogEntry, member: Path, root: Path, threads: int | Non
            "--name", entry.name, "--version", str(r.get("version", entry.wheel.version)), "--out", str(root), "--overwrite", "--json"]  # fmt: skip
     if threads is not None:
         cmd += ["--threads", str(threads)]
-    if log:
-        log(f"converting with edge-convert llm: {' '.join(cmd[3:])}")
     try:
-        proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=LLM_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise CatalogError(f"{entry.name}: edge-convert llm did not finish within {LLM_TIMEOUT_S:g} s") from None
-    member.unlink(missing_ok=True)
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-10:])
-        raise CatalogError(f"{entry.name}: edge-convert llm exited with {proc.returncode}:\n{tail}")
+        _child(cmd, "converting with edge-convert llm", entry, log, timeout_s=LLM_TIMEOUT_S)
+    finally:
+        member.unlink(missing_ok=True)
     pkg = ModelPackage.open(root)
     return {v.id: float(v.generation.tpot_ms) for v in pkg.manifest.variants if v.generation is not None and v.generation.tpot_ms}
 
