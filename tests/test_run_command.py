@@ -309,3 +309,26 @@ def test_ctrl_c_stops_a_live_source_and_still_prints_the_summary(demo_package: P
     assert set(dropped) <= {"evicted", "rate_limit", "shutdown"}
     assert len(_jsonl(jl)) == processed  # every processed frame's line was written before the exit
     assert re.search(r"^governor: (normal|constrained|critical) at the end; events \d+$", err, re.M), err
+
+
+def test_governor_lines_leave_out_a_reason_they_already_printed() -> None:
+    """The status lines of governor events: a transition with its reason, then ladder steps whose reason only
+    repeats it as one short line each; a new reason (the run finishing) is printed again."""
+    from edge_sdk.budget.governor import GovernorEvent, GovernorState
+    from edge_sdk.pipelines.run_command import _GovernorLines
+
+    hot = "temp 81.0 C >= soft limit 80 C"
+    lines = _GovernorLines()
+    C = GovernorState.CONSTRAINED
+    got = [
+        lines(GovernorEvent(0.0, "transition", C, None, hot, "normal -> constrained")),
+        lines(GovernorEvent(1.0, "applied", C, "lower_rate", f"constrained: {hot}", "cam: 30 -> 15 fps")),
+        lines(GovernorEvent(2.0, "skipped", C, "offload", f"constrained: {hot}", "no remote configured")),
+        lines(GovernorEvent(3.0, "undone", C, "lower_rate", "edge-sdk run finished", "cam: 15 -> 30 fps")),
+    ]
+    assert got == [
+        f"governor: transition: normal -> constrained ({hot})",
+        "governor: applied lower_rate: cam: 30 -> 15 fps",
+        "governor: skipped offload: no remote configured",
+        "governor: undone lower_rate: cam: 15 -> 30 fps (edge-sdk run finished)",
+    ]

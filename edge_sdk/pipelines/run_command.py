@@ -531,7 +531,8 @@ def run(args: argparse.Namespace) -> int:
                 budget = Budget.from_profile(profile, unknown_policy=args.unknown_readings)
                 gov = Governor(SensorReader(profile, args.root).read, budget, pipelines=[pipe])
                 pipe.governor = gov
-                gov.subscribe(lambda ev: status.message(_governor_line(ev)))
+                lines = _GovernorLines()
+                gov.subscribe(lambda ev: status.message(lines(ev)))
             status.message(
                 f"edge-sdk run: {model.manifest.name} {model.manifest.version} ({model.variant.id} on {model.session.info.backend}) "
                 f"on {source.name!r}" + ("" if gov is None else f"; governor on ({model.detection.profile.name})")
@@ -606,10 +607,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _governor_line(ev: Any) -> str:
-    what = ev.kind if ev.action is None else f"{ev.kind} {ev.action}"
-    detail = f": {ev.detail}" if ev.detail else ""
-    return f"governor: {what}{detail} ({ev.reason})"
+class _GovernorLines:
+    """One line per governor event; its reason (why the governor is in its state: often a long sensor account)
+    is left out when it only repeats the last one printed, so a step of the ladder reads as one short line."""
+
+    def __init__(self) -> None:
+        self._last_reason: str | None = None
+
+    def __call__(self, ev: Any) -> str:
+        what = ev.kind if ev.action is None else f"{ev.kind} {ev.action}"
+        detail = f": {ev.detail}" if ev.detail else ""
+        if self._last_reason and self._last_reason in ev.reason:  # an action names the state and the reason already shown
+            return f"governor: {what}{detail}"
+        self._last_reason = ev.reason
+        return f"governor: {what}{detail} ({ev.reason})"
 
 
 def _sigterm_as_interrupt() -> Any:
