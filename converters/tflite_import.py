@@ -31,6 +31,12 @@ PAD                            Pad (paddings permuted to NCHW)
 RESHAPE                        Transpose to NHWC, Reshape (and back to NCHW when the result is 4-D)
 CONCATENATION                  Concat (axis mapped to NCHW for 4-D tensors)
 DEQUANTIZE                     folded: an fp16 constant becomes an fp32 initializer
+FULLY_CONNECTED                Gemm (``transB``; OI weights, optional bias); the input flattened to
+                               ``[-1, in]`` in NHWC element order, or MatMul + Add with
+                               ``keep_num_dims`` (tensorflow/lite/kernels/fully_connected.cc)
+STRIDED_SLICE                  Slice (begin/end masks and negative indices as
+                               tensorflow/lite/kernels/internal/strided_slice_logic.h; axes mapped to
+                               NCHW), + Squeeze for ``shrink_axis_mask``; ellipsis / new-axis masks refused
 CUSTOM Convolution2DTransposeBias  ConvTranspose with bias (MediaPipe's custom op; OHWI -> IOHW
                                weights, its SAME padding cropped as the op does)
 =============================  ================================================================
@@ -77,8 +83,9 @@ OPSET = 13
 TRANSPOSE_CONV_BIAS = "CUSTOM:Convolution2DTransposeBias"
 
 SUPPORTED_OPS = (
-    "ADD", "AVERAGE_POOL_2D", "CONCATENATION", "CONV_2D", "DEPTHWISE_CONV_2D", "DEQUANTIZE", "HARD_SWISH", "LOGISTIC",
-    "MAX_POOL_2D", "MEAN", "MUL", "PAD", "PRELU", "RELU", "RELU6", "RESHAPE", "RESIZE_BILINEAR", TRANSPOSE_CONV_BIAS,
+    "ADD", "AVERAGE_POOL_2D", "CONCATENATION", "CONV_2D", "DEPTHWISE_CONV_2D", "DEQUANTIZE", "FULLY_CONNECTED", "HARD_SWISH",
+    "LOGISTIC", "MAX_POOL_2D", "MEAN", "MUL", "PAD", "PRELU", "RELU", "RELU6", "RESHAPE", "RESIZE_BILINEAR", "STRIDED_SLICE",
+    TRANSPOSE_CONV_BIAS,
 )  # fmt: skip
 
 #: NHWC axis -> NCHW axis.
@@ -484,6 +491,112 @@ class _Translator:
         y = self.node("Concat", names, "concat", axis=axis)
         self.acts[op.outputs[0]] = _Act(self.fused(y, o.fusedActivationFunction, name, index), rank == 4)
 
+    def op_fully_connected(self, op: Any, name: str, index: int) -> None:
+        """FULLY_CONNECTED (tensorflow/lite/kernels/fully_connected.cc; TFLite builtin op docs): weights ``[out, in]``
+        (OI), optional bias ``[out]`` (input index -1 when absent), ``y = x @ W.T + b`` then the fused activation.
+        Without ``keep_num_dims`` the input, of any rank, is read as ``[-1, in]`` in its own (NHWC) element order
+        and the output is ``[batch, out]``; with it the leading dims are kept (the last input dim must be ``in``).
+        A 4-D NCHW activation is put back in NHWC order first, as for RESHAPE."""
+        o = self.opts(op, name, index)
+        A = self.s.ActivationFunctionType
+        if o.fusedActivationFunction not in (A.NONE, A.RELU, A.RELU_N1_TO_1, A.RELU6):  # as the kernel's Prepare checks
+            act = {v: k for k, v in vars(A).items() if not k.startswith("_")}.get(o.fusedActivationFunction, o.fusedActivationFunction)
+            raise UnsupportedOpError(name, index, f"fused activation {act}; TFLite's kernel takes NONE, RELU, RELU_N1_TO_1, RELU6")
+        if int(getattr(o, "weightsFormat", 0) or 0) != 0:
+            raise UnsupportedOpError(name, index, f"weights_format {o.weightsFormat}; only DEFAULT (0) is supported")
+        w = self.const(op.inputs[1], "the weights", name, index).astype(np.float32)
+        if w.ndim != 2:
+            raise UnsupportedOpError(name, index, f"weights of shape {w.shape}; expected [out, in]")
+        n_out, n_in = int(w.shape[0]), int(w.shape[1])
+        bias = None
+        if len(op.inputs) > 2 and op.inputs[2] >= 0:
+            bias = self.const(op.inputs[2], "the bias", name, index).astype(np.float32).reshape(-1)
+            if bias.shape != (n_out,):
+                raise UnsupportedOpError(name, index, f"bias of shape {bias.shape} for {n_out} outputs")
+        shp = self.shape(op.inputs[0])
+        x = self.to_nhwc(self.act(op.inputs[0], name, index))
+        keep = bool(getattr(o, "keepNumDims", False))
+        if keep:
+            if not shp or shp[-1] != n_in:
+                raise UnsupportedOpError(name, index, f"keep_num_dims with input {shp} and weights {w.shape}")
+            y = self.node("MatMul", [x, self.init(np.ascontiguousarray(w.T), "w")], "fc")
+            if bias is not None:
+                y = self.node("Add", [y, self.init(bias, "b")], "fc_bias")
+        else:
+            if all(d > 0 for d in shp) and int(np.prod(shp)) % n_in:
+                raise UnsupportedOpError(name, index, f"input {shp} does not split into rows of {n_in}")
+            if len(shp) != 2 or self.signature(op.inputs[0])[-1] != n_in:
+                x = self.node("Reshape", [x, self.init(np.array([-1, n_in], np.int64), "shape")], "fc_flat")
+            ins = [x, self.init(w, "w")] + ([self.init(bias, "b")] if bias is not None else [])
+            y = self.node("Gemm", ins, "fc", transB=1)
+        self.acts[op.outputs[0]] = _Act(self.fused(y, o.fusedActivationFunction, name, index), False)
+
+    def op_strided_slice(self, op: Any, name: str, index: int) -> None:
+        """STRIDED_SLICE (tensorflow/lite/kernels/strided_slice.cc and kernels/internal/strided_slice_logic.h,
+        ``StartForAxis`` / ``StopForAxis``): per axis ``i`` given by begin/end/strides, ``begin_mask`` bit ``i`` makes
+        the start the first element in the stride's direction, ``end_mask`` the stop the last; negative indices
+        count from the end and are clamped to ``[0, dim]`` (stride > 0) or ``[-1, dim - 1]`` (stride < 0); a
+        ``shrink_axis_mask`` axis takes one element (stop = start + 1) and is removed. Axes past the given ones are
+        kept whole. ONNX Slice normalises and clamps the same way, with a very negative end for TFLite's -1 stop;
+        a start below ``-dim`` with a negative stride (TFLite: empty, ONNX would clamp to 0) needs the static dim."""
+        o = self.opts(op, name, index)
+        if o.ellipsisMask or o.newAxisMask:
+            raise UnsupportedOpError(name, index, f"ellipsis_mask {o.ellipsisMask} / new_axis_mask {o.newAxisMask}; only 0 is supported")
+        if getattr(o, "offset", False):
+            raise UnsupportedOpError(name, index, "offset=true (end relative to begin) is not supported")
+        if len(op.inputs) != 4:
+            raise UnsupportedOpError(name, index, f"{len(op.inputs)} inputs; expected input, begin, end, strides")
+        begin, end, strides = (self.const(op.inputs[k], what, name, index).astype(np.int64).reshape(-1) for k, what in ((1, "begin"), (2, "end"), (3, "strides")))
+        sig = self.signature(op.inputs[0])
+        rank = len(sig)
+        if not begin.shape == end.shape == strides.shape or begin.size > rank:
+            raise UnsupportedOpError(name, index, f"begin {begin.tolist()}, end {end.tolist()}, strides {strides.tolist()} for a {rank}-D input")
+        lo, hi = int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max)
+        spans: list[tuple[int, int, int, int]] = []
+        shrink: list[int] = []
+        for i in range(begin.size):
+            b, e, st, dim = int(begin[i]), int(end[i]), int(strides[i]), sig[i]
+            if st == 0:
+                raise UnsupportedOpError(name, index, f"stride 0 on axis {i}")
+            if o.shrinkAxisMask >> i & 1:
+                if st < 0:
+                    raise UnsupportedOpError(name, index, f"shrink_axis_mask on axis {i} with a negative stride")
+                if o.beginMask >> i & 1:
+                    b = 0
+                if dim > 0 and not -dim <= b < dim:
+                    raise UnsupportedOpError(name, index, f"shrink index {b} out of range for axis {i} of size {dim}")
+                shrink.append(i)
+                spans.append((i, b, b + 1 if b + 1 != 0 else hi, 1))
+                continue
+            if o.beginMask >> i & 1:
+                b = lo if st > 0 else hi
+            elif st < 0 and b < 0:
+                if dim <= 0:
+                    raise UnsupportedOpError(name, index, f"a negative begin with a negative stride on dynamic axis {i}")
+                if b < -dim:  # TFLite clamps the start to -1: nothing is taken
+                    b, e = 0, 0
+            if o.endMask >> i & 1:
+                e = hi if st > 0 else lo
+            elif st < 0 and e < 0 and dim > 0 and e + dim < 0:
+                e = lo
+            if st == 1 and b in (0, lo) and e == hi:
+                continue  # the whole axis
+            spans.append((i, b, e, st))
+        axes, starts, ends, steps = ([sp[k] for sp in spans] for k in range(4))
+        a = self.act(op.inputs[0], name, index)
+        if rank == 4 and a.nchw and not shrink:
+            x, axes = a.name, [_NHWC_TO_NCHW_AXIS[i] for i in axes]
+        else:
+            x = self.to_nhwc(a)
+        if axes:
+            vec = [self.init(np.asarray(v, np.int64), k) for v, k in ((starts, "starts"), (ends, "ends"), (axes, "axes"), (steps, "steps"))]
+            y = self.node("Slice", [x, *vec], "slice")
+        else:
+            y = self.node("Identity", [x], "slice")
+        if shrink:
+            y = self.node("Squeeze", [y, self.init(np.asarray(shrink, np.int64), "axes")], "squeeze")
+        self.acts[op.outputs[0]] = _Act(y, rank == 4 and a.nchw and not shrink)
+
     def op_dequantize(self, op: Any, name: str, index: int) -> None:
         i = op.inputs[0]
         if i in self.consts and self.consts[i].dtype == np.float16:  # fp16 weights: fold to fp32
@@ -510,6 +623,8 @@ class _Translator:
             "RESHAPE": self.op_reshape,
             "CONCATENATION": self.op_concat,
             "DEQUANTIZE": self.op_dequantize,
+            "FULLY_CONNECTED": self.op_fully_connected,
+            "STRIDED_SLICE": self.op_strided_slice,
         }  # fmt: skip
         self.load_constants()
         # Check every op first, so the error names the first unsupported one before any work.

@@ -155,7 +155,7 @@ def test_gate_failure_is_repaired_refused_or_forced(tmp_path: Path) -> None:
 # (what is wrong, expected message) — the converter refuses before doing any work
 REFUSALS = [
     ("pickle", "pickle"),
-    ("tflite", "unsupported TFLite op FULLY_CONNECTED at operator 6"),  # TFLite input goes through the translator
+    ("tflite", "unsupported TFLite op SOFTMAX at operator 2"),  # TFLite input goes through the translator
     ("overwrite", "not empty"),
     ("empty-calibration", "cal_empty"),
 ]
@@ -173,8 +173,15 @@ def test_refusals(tmp_path: Path, case: str, msg: str) -> None:
     if case == "pickle":
         model = tmp_path / "model.onnx"
         model.write_bytes(pickle.dumps({"weights": [1, 2]}))
-    elif case == "tflite":
-        model = DEMO / "model_fp32.tflite"
+    elif case == "tflite":  # a float model with an op the translator does not take (SOFTMAX)
+        from converters.tflite_writer import TFLiteBuilder
+
+        b = TFLiteBuilder()
+        x = b.input("image", (1, 32, 32, 3))
+        c = b.conv2d(x, np.ones((4, 3, 3, 3), np.float32), np.zeros(4, np.float32), stride=2, padding="SAME")
+        b.output(b.softmax(b.reshape(c, (1, 16 * 16 * 4))), "logits")
+        model = tmp_path / "softmax.tflite"
+        model.write_bytes(b.build())
     elif case == "overwrite":
         out.mkdir()
         (out / "keep.txt").write_text("mine")

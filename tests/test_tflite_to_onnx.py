@@ -12,7 +12,9 @@ computes what the TFLite model computes.
 - small graphs written here with the TFLite schema for the ops MediaPipe's other models use (HARD_SWISH,
   PRELU, MEAN over every axis set with and without keep_dims, MUL, AVERAGE_POOL_2D with SAME padding,
   RESIZE_BILINEAR in its three coordinate modes with a static and a dynamic batch, MediaPipe's
-  Convolution2DTransposeBias with SAME and VALID padding), each run by LiteRT on the same inputs;
+  Convolution2DTransposeBias with SAME and VALID padding, FULLY_CONNECTED with and without keep_num_dims on
+  4-D NHWC inputs, STRIDED_SLICE with every supported mask), each run by LiteRT on the same inputs;
+- the SDK's demo model_fp32.tflite on its bundled samples, and MediaPipe's hand landmark and hand recrop models;
 - unsupported ops, quantized models and files that are not TFLite raise the typed errors, naming
   what was found and what is supported; both command lines report them with exit status 2.
 """
@@ -239,10 +241,11 @@ def _member(wheel: Path, name: str) -> bytes:
 
 @pytest.mark.parametrize("name", [
     "face_landmark.tflite", "iris_landmark.tflite", "palm_detection_lite.tflite", "selfie_segmentation_landscape.tflite", "pose_landmark_full.tflite",
+    "hand_landmark_lite.tflite", "hand_landmark_full.tflite", "hand_recrop.tflite",
 ])  # fmt: skip
 def test_other_mediapipe_models_equal_tflite_on_a_photo(mediapipe_wheel: Path, name: str) -> None:
     """PRELU (face and iris landmarks, palm detection), MEAN (the landscape selfie segmenter), five RESIZE_BILINEARs
-    (pose landmarks): the shipped models, on the astronaut photo. The bound: float32 rounding, i.e. no more than LiteRT's
+    (pose landmarks), FULLY_CONNECTED heads after fp16 weights (hand landmarks), STRIDED_SLICE (hand recrop): the shipped models, on the astronaut photo. The bound: float32 rounding, i.e. no more than LiteRT's
     own two kernel sets (XNNPACK and the builtin reference kernels) differ from each other on the same input (x2), or
     1e-4 per unit of output magnitude."""
     from ai_edge_litert.interpreter import OpResolverType
@@ -270,7 +273,7 @@ def test_other_mediapipe_models_equal_tflite_on_a_photo(mediapipe_wheel: Path, n
 
 
 @pytest.mark.parametrize("name,error", [
-    ("hand_recrop.tflite", "unsupported TFLite op STRIDED_SLICE"), ("hand_landmark_lite.tflite", "unsupported TFLite op FULLY_CONNECTED"),
+    ("face_landmark_with_attention.tflite", "unsupported TFLite op CUSTOM:Landmarks2TransformMatrix"),
     ("pose_detection.tflite", "is stored sparse; expected dense weights"),
 ])  # fmt: skip
 def test_mediapipe_models_outside_the_op_set_are_refused(mediapipe_wheel: Path, name: str, error: str) -> None:
@@ -465,6 +468,106 @@ def test_transpose_conv_bias(padding: int, stride: int, kernel: int) -> None:
     assert ref[f"t{y}"].shape == out
 
 
+def _demo_input(path: Path) -> np.ndarray:
+    """The demo manifest's preprocessing (edge-model.toml): 32x32 RGB (area), x / 255, (x - 0.5) / 0.25; NHWC for TFLite."""
+    bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    rgb = cv2.resize(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), (32, 32), interpolation=cv2.INTER_AREA).astype(np.float32)
+    return ((rgb / 255.0 - 0.5) / 0.25)[None].astype(np.float32)
+
+
+def test_demo_classifier_onnx_equals_tflite_on_its_samples() -> None:
+    """The SDK's demo package, model_fp32.tflite (CONV_2D, MAX_POOL_2D, MEAN, FULLY_CONNECTED): the same logits
+    as LiteRT to float32 rounding on every bundled sample, hence the same top-1."""
+    from edge_sdk.assets import demo_samples
+
+    tfl = ROOT / "edge_sdk" / "assets" / "shapes-classifier" / "model_fp32.tflite"
+    model = translate(tfl)
+    assert "Gemm" in {n.op_type for n in model.graph.node}
+    samples = demo_samples()
+    assert len(samples) >= 4
+    tops = []
+    for path in samples:
+        x = _demo_input(path)
+        ref = run_tflite(tfl, [x])
+        got = run_onnx(model, [x])
+        (k,) = ref
+        assert got[k].shape == ref[k].shape == (1, 4)
+        np.testing.assert_allclose(got[k], ref[k], atol=1e-5, rtol=1e-5, err_msg=path.name)
+        assert int(got[k].argmax()) == int(ref[k].argmax())
+        tops.append(int(ref[k].argmax()))
+    assert len(set(tops)) > 1  # real, differing decisions, not one constant answer
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_fully_connected_flatten_keep_num_dims_and_activation(keep: bool) -> None:
+    """TFLiteBuilder's FULLY_CONNECTED after a 4-D NHWC conv output: without keep_num_dims it reads [-1, in] in NHWC
+    element order (here rows of the last dim, and, for a second FC, the whole 4-D tensor as [batch, H*W*C]), with
+    it the leading dims are kept; fused RELU / RELU6, no bias, a dynamic batch."""
+    rng = np.random.default_rng(7)
+    b = TFLiteBuilder()
+    x = b.input("x", (1, 5, 4, 3), shape_signature=(-1, 5, 4, 3))
+    c = b.conv2d(x, rng.normal(size=(6, 3, 3, 3)), rng.normal(size=6), padding="SAME")
+    rows = b.fully_connected(c, rng.normal(size=(7, 6)), rng.normal(size=7), activation="RELU", keep_num_dims=keep)
+    b.output(rows, "rows")
+    if not keep:  # the whole NHWC tensor as one row per image
+        b.output(b.fully_connected(b.reshape(c, (-1, 5 * 4 * 6)), rng.normal(size=(3, 120)), None, activation="RELU6"), "flat")
+    tfl = b.build()
+    ref = _check_equal(tfl, [rng.normal(size=(1, 5, 4, 3)).astype(np.float32)])
+    assert ref["rows"].shape == ((1, 5, 4, 7) if keep else (20, 7)) and (ref["rows"] == 0).any() and ref["rows"].max() > 0
+    _check_equal(tfl, [rng.normal(size=(2, 5, 4, 3)).astype(np.float32)])
+
+
+def test_fully_connected_fp16_weights_and_4d_flatten() -> None:
+    """A FULLY_CONNECTED straight on a 4-D tensor (no RESHAPE; TFLite reads it as [-1, in] in NHWC order), fp16
+    weights and bias behind DEQUANTIZE as MediaPipe stores them, fused RELU_N1_TO_1; a fused TANH (which
+    TFLite's kernel refuses in Prepare) is refused too."""
+    rng = np.random.default_rng(8)
+    g = Graph()
+    x = g.input((2, 3, 4, 5))
+    pad = g.op("PAD", [x, g.const([[0, 0], [0, 0], [1, 0], [0, 0]], "int32")], (2, 3, 5, 5))  # kept NCHW inside the graph
+    w = g.op("DEQUANTIZE", [g.const(rng.normal(size=(6, 75)) / 5, "float16")], (6, 75))
+    bias = g.op("DEQUANTIZE", [g.const(rng.normal(size=6), "float16")], (6,))
+    fc = g.op("FULLY_CONNECTED", [pad, w, bias], (2, 6), _opts("FullyConnectedOptions", fusedActivationFunction=2), "FullyConnectedOptions")
+    ref = _check_equal(g.build(fc), [rng.normal(size=(2, 3, 4, 5)).astype(np.float32)])
+    y = ref[f"t{fc}"]
+    assert np.abs(y).max() == 1.0 and ((np.abs(y) < 1.0) & (y != 0)).any()  # clipped and unclipped values both
+    g.ops[-1].builtinOptions.fusedActivationFunction = 4  # TANH
+    with pytest.raises(UnsupportedOpError, match=r"FULLY_CONNECTED at operator 3 \(fused activation TANH"):
+        translate(g.build(fc))
+
+
+def _slice(g: Graph, x: int, begin, end, strides, out_shape, **masks) -> int:
+    cs = [g.const(v, "int32") for v in (begin, end, strides)]
+    return g.op("STRIDED_SLICE", [x, *cs], out_shape, _opts("StridedSliceOptions", **masks), "StridedSliceOptions")
+
+
+def test_strided_slice_masks_negative_indices_and_strides() -> None:
+    """STRIDED_SLICE on a 4-D tensor kept NCHW inside the graph (after a PAD) and on a 2-D one: begin/end masks,
+    negative indices and strides (clamped as TFLite clamps them), fewer begin entries than dims, shrink axes
+    (squeezed, the rest in NHWC order), a reversed axis to its start; each against LiteRT."""
+    rng = np.random.default_rng(9)
+    g = Graph()
+    x = g.input((1, 6, 7, 5))
+    p = g.op("PAD", [x, g.const([[0, 0], [1, 1], [0, 0], [0, 0]], "int32")], (1, 8, 7, 5))
+    outs = [
+        _slice(g, p, [0, 1, -5, 1], [1, 7, 100, 5], [1, 2, 1, 3], (1, 3, 5, 2)),  # strides, negative begin, clamped end
+        _slice(g, p, [0, 5, 0, 0], [0, 1, 7, 2], [1, -2, 1, 1], (1, 2, 7, 2), beginMask=1, endMask=1),  # negative stride
+        _slice(g, p, [0, 0, 6, 0], [1, 8, 0, 5], [1, 1, -1, 1], (1, 8, 7, 5), beginMask=0b1011, endMask=0b1111),  # reversed W, whole
+        _slice(g, p, [0, 2], [1, 4], [1, 1], (1, 2, 7, 5)),  # only N and H given: W, C whole
+        _slice(g, p, [0, 0, 3, -1], [1, 8, 4, 0], [1, 1, 1, 1], (1, 8), shrinkAxisMask=0b1100),  # shrink W and C (last)
+        _slice(g, p, [0, -2, 0, 0], [1, 0, 7, 5], [1, 1, 1, 1], (7, 5), shrinkAxisMask=0b0011, endMask=0b1100),  # shrink N, H
+        _slice(g, p, [0, 0, -100, 0], [1, 8, -8, 5], [1, 1, -1, 1], (1, 8, 0, 5)),  # negative stride from before the start: empty
+    ]
+    flat = g.input((6, 9))
+    outs.append(_slice(g, flat, [-1, 8], [0, 0], [-2, -3], (3, 3), endMask=1))
+    outs.append(_slice(g, flat, [2], [3], [1], (9,), shrinkAxisMask=1))
+    tfl = g.build(*outs)
+    model = translate(tfl)
+    assert {"Slice", "Squeeze"} <= {n.op_type for n in model.graph.node}
+    ref = _check_equal(tfl, [rng.normal(size=(1, 6, 7, 5)).astype(np.float32), rng.normal(size=(6, 9)).astype(np.float32)])
+    assert [ref[f"t{o}"].shape for o in outs] == [(1, 3, 5, 2), (1, 2, 7, 2), (1, 8, 7, 5), (1, 2, 7, 5), (1, 8), (7, 5), (1, 8, 0, 5), (3, 3), (9,)]
+
+
 # ----------------------------------------------------------------------------- errors
 
 
@@ -482,11 +585,13 @@ def test_unsupported_op_is_named() -> None:
 
     assert isinstance(e, ConverterError)  # edge-convert's one error class
 
-    b = TFLiteBuilder()
-    x = b.input("x", (1, 12))
-    b.output(b.fully_connected(x, np.ones((4, 12), np.float32)), "y")
-    with pytest.raises(UnsupportedOpError, match="FULLY_CONNECTED at operator 0"):
-        translate(b.build())
+    for mask in ("ellipsisMask", "newAxisMask"):
+        g = Graph()
+        x = g.input((1, 4, 4, 2))
+        cs = [g.const(v, "int32") for v in ([0, 0, 0, 0], [1, 2, 2, 2], [1, 1, 1, 1])]
+        tfl = g.build(g.op("STRIDED_SLICE", [x, *cs], (1, 2, 2, 2), _opts("StridedSliceOptions", **{mask: 2}), "StridedSliceOptions"))
+        with pytest.raises(UnsupportedOpError, match=r"STRIDED_SLICE at operator 0 \(ellipsis_mask \d / new_axis_mask \d; only 0"):
+            translate(tfl)
 
 
 def test_quantized_model_is_refused() -> None:
