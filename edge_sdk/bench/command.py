@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 from .options import INPUT_MODES, SCENARIOS
 
@@ -318,12 +318,7 @@ def _generation(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
         )  # fmt: skip
     except ValueError as e:
         return _usage(str(e))
-    progress = None if args.quiet else (lambda line: print(f"bench: {line}", file=sys.stderr, flush=True))
-    report = gb.run_generation_bench(args.package, opts, argv=list(argv) if argv is not None else sys.argv[1:], progress=progress)
-    sys.stdout.write(gb.render_generation_text(report))
-    if args.json:
-        print(f"report: {gb.write_generation_json(report, args.json)}")
-    return 0
+    return _report(args, argv, opts, gb.run_generation_bench, gb.render_generation_text, gb.write_generation_json)
 
 
 def _generation_load(args: argparse.Namespace, argv: Sequence[str] | None, scenarios: tuple[str, ...]) -> int:
@@ -347,11 +342,20 @@ def _generation_load(args: argparse.Namespace, argv: Sequence[str] | None, scena
         )  # fmt: skip
     except ValueError as e:
         return _usage(str(e))
+    return _report(args, argv, opts, gl.run_generation_load, gl.render_generation_load_text, gl.write_generation_load_json)
+
+
+def _report(
+    args: argparse.Namespace, argv: Sequence[str] | None, opts: Any,
+    run: Callable[..., dict[str, Any]], render: Callable[[dict[str, Any]], str], write: Callable[[dict[str, Any], str], Any],
+) -> int:
+    """Run a text-generation bench with progress on stderr (unless --quiet), print its text report and, with
+    --json, write the JSON one."""
     progress = None if args.quiet else (lambda line: print(f"bench: {line}", file=sys.stderr, flush=True))
-    report = gl.run_generation_load(args.package, opts, argv=list(argv) if argv is not None else sys.argv[1:], progress=progress)
-    sys.stdout.write(gl.render_generation_load_text(report))
+    report = run(args.package, opts, argv=list(argv) if argv is not None else sys.argv[1:], progress=progress)
+    sys.stdout.write(render(report))
     if args.json:
-        print(f"report: {gl.write_generation_load_json(report, args.json)}")
+        print(f"report: {write(report, args.json)}")
     return 0
 
 

@@ -48,7 +48,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -421,9 +421,14 @@ def _sdk_run(model: "DecoderModel", text: str, new_tokens: int) -> dict[str, Any
     }
 
 
+def column(records: Sequence[Mapping[str, Any]], key: str) -> list[float]:
+    """``key`` of every record that has it (not None), as floats: one column of a run's per-request records."""
+    return [float(r[key]) for r in records if r.get(key) is not None]
+
+
 def _summarise(runs: list[dict[str, Any]], prompt_tokens: int) -> dict[str, Any]:
     def col(k: str) -> list[float]:
-        return [float(r[k]) for r in runs if r.get(k) is not None]
+        return column(runs, k)
 
     tpot = col("tpot_ms")
     prefill = col("prefill_ms")

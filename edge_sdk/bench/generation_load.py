@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from ..errors import GenerationBusyError, OptionsError, TemplateError
-from .generation import CPU_FLAGS, _loadavg, _pct, cpu_facts, environment, make_prompt, write_generation_json
+from .generation import CPU_FLAGS, _loadavg, _pct, column, cpu_facts, environment, make_prompt, write_generation_json
 from .options import BenchError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -366,7 +366,7 @@ def _summary(recs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Counts and percentiles over completed requests' records."""
 
     def col(k: str) -> list[float]:
-        return [float(r[k]) for r in recs if r.get(k) is not None]
+        return column(recs, k)
 
     tpot = col("tpot_ms")
     queued = col("queued_ms")

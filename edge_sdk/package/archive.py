@@ -109,15 +109,18 @@ def read_regular(path: Path, what: str, limit: int) -> bytes:
         return _read_at_most(f, limit + 1)
 
 
-def _read_at_most(f: IO[bytes], n: int) -> bytes:
-    chunks = []
+def _chunks(f: IO[bytes], n: int) -> Iterator[bytes]:
+    """The next at most ``n`` bytes of ``f``, 1 MiB at a time (fewer at end of file)."""
     while n > 0:
         b = f.read(min(n, 1 << 20))
         if not b:
-            break
-        chunks.append(b)
+            return
         n -= len(b)
-    return b"".join(chunks)
+        yield b
+
+
+def _read_at_most(f: IO[bytes], n: int) -> bytes:
+    return b"".join(_chunks(f, n))
 
 
 def default_cache_dir() -> Path:
@@ -585,10 +588,7 @@ def verify_file(root: Path, ref: FileRef | Variant, what: str) -> Path:
             raise IntegrityError(f"{what}: {ref.file} is {size} bytes, manifest says {ref.size}")
         h = hashlib.sha256()
         left = size
-        while left > 0:
-            b = f.read(min(left, 1 << 20))
-            if not b:
-                break
+        for b in _chunks(f, size):
             h.update(b)
             left -= len(b)
         got = h.hexdigest()
