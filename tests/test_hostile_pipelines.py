@@ -22,6 +22,7 @@ from typing import Any, Callable
 import cv2
 import numpy as np
 import pytest
+from pipeline_helpers import Collect
 
 import edge_sdk
 from edge_sdk.pipelines import (
@@ -181,18 +182,6 @@ class HostileGovernor:
 
     def record_inference(self, seconds: float) -> None:
         pass
-
-
-class Collect:
-    def __init__(self) -> None:
-        self.results: list[FrameResult] = []
-
-    def __call__(self, fr: FrameResult) -> None:
-        self.results.append(fr)
-
-    @property
-    def indices(self) -> list[int]:
-        return [r.index for r in self.results]
 
 
 class Outcome:

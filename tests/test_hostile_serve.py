@@ -9,6 +9,7 @@ bounds, never on how fast something was."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import logging
@@ -62,6 +63,31 @@ def error_of(body: bytes) -> str:
     doc = json.loads(body)
     assert isinstance(doc, dict) and isinstance(doc.get("error"), str), doc
     return str(doc["error"])
+
+
+@contextlib.contextmanager
+def trickling(socks: list[socket.socket], byte: bytes) -> Iterator[None]:
+    """While in the block, send ``byte`` on every socket each 0.1 s (at most 100 rounds, ~10 s); errors of a
+    socket the server closed are ignored. The sender stops and is joined when the block ends."""
+    stop = threading.Event()
+
+    def send() -> None:
+        for _ in range(100):
+            if stop.wait(0.1):
+                return
+            for s in socks:
+                try:
+                    s.send(byte)
+                except OSError:
+                    pass
+
+    t = threading.Thread(target=send, daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        t.join(5)
 
 
 def raw(port: int, data: bytes = b"", timeout: float = 10.0) -> socket.socket:
@@ -152,27 +178,11 @@ def test_slowloris_and_idle_connections_are_closed_and_health_answers(model: Mod
         idle = [raw(srv.port) for _ in range(30)]
         slow = [raw(srv.port, b"POST " + INFER.encode() + b" HTTP/1.1\r\nHost: x\r\n") for _ in range(30)]
         socks = idle + slow
-        stop = threading.Event()
-
-        def trickle() -> None:  # one header byte per connection every 0.1 s: a timeout per read would never fire
-            for _ in range(100):
-                if stop.wait(0.1):
-                    return
-                for s in slow:
-                    try:
-                        s.send(b"X")
-                    except OSError:
-                        pass
-
-        t = threading.Thread(target=trickle, daemon=True)
-        t.start()
-        try:
+        # one header byte per connection every 0.1 s: a timeout per read would never fire
+        with trickling(slow, b"X"):
             for _ in range(5):  # under the flood, health answers (a new connection evicts an idle one)
                 assert health(srv.port) == 200
                 assert connections(srv) <= 30 + 4 + 1
-        finally:
-            stop.set()
-            t.join(5)
         deadline = time.monotonic() + 30
         results = [read_to_close(s, deadline) for s in socks]
         assert all(closed for _, closed in results), "a connection outlived the header timeout"
@@ -222,26 +232,9 @@ def test_half_sent_and_trickled_bodies_get_408_and_are_closed(model: Model) -> N
         chunked = [raw(srv.port, head(extra="Transfer-Encoding: chunked\r\n") + b'5\r\n{"inp\r\n') for _ in range(5)]
         trickled = [raw(srv.port, head(length=100000)) for _ in range(5)]
         socks = half + chunked + trickled
-        stop = threading.Event()
-
-        def trickle() -> None:  # bytes keep coming, but the whole body never does within the timeout
-            for _ in range(100):
-                if stop.wait(0.1):
-                    return
-                for s in trickled:
-                    try:
-                        s.send(b" ")
-                    except OSError:
-                        pass
-
-        t = threading.Thread(target=trickle, daemon=True)
-        t.start()
-        try:
+        with trickling(trickled, b" "):  # bytes keep coming, but the whole body never does within the timeout
             for _ in range(5):
                 assert health(srv.port) == 200
-        finally:
-            stop.set()
-            t.join(5)
         deadline = time.monotonic() + 30
         for s in socks:
             data, closed = read_to_close(s, deadline)

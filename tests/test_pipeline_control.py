@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import numpy as np
 import pytest
+from pipeline_helpers import Collect
 
 import edge_sdk
 from edge_sdk.pipelines import DROP_REASONS, FrameResult, PipelineOptions, SyntheticSource, VisionPipeline
@@ -54,18 +55,6 @@ def shapes(n: int, seed: int = 0) -> tuple[list[np.ndarray], list[str]]:
     rng = np.random.default_rng(seed)
     imgs = [np.ascontiguousarray(draw(rng, i % 4, side=64)[:, :, ::-1]) for i in range(n)]
     return imgs, [LABELS[i % 4] for i in range(n)]
-
-
-class Collect:
-    def __init__(self) -> None:
-        self.results: list[FrameResult] = []
-
-    def __call__(self, fr: FrameResult) -> None:
-        self.results.append(fr)
-
-    @property
-    def indices(self) -> list[int]:
-        return [r.index for r in self.results]
 
 
 def assert_accounted(c: PipelineCounters, *, done: bool = False) -> None:

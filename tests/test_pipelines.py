@@ -16,6 +16,7 @@ from typing import Any
 import cv2
 import numpy as np
 import pytest
+from pipeline_helpers import Collect
 
 import edge_sdk
 from edge_sdk.errors import EdgeSDKError, MissingDependencyError
@@ -25,7 +26,6 @@ from edge_sdk.pipelines import (
     Backoff,
     CallbackSink,
     Frame,
-    FrameResult,
     GStreamerSource,
     ImageFolderSource,
     InvalidFrameError,
@@ -105,20 +105,6 @@ def assert_accounted(c, *, done: bool = False) -> None:
     assert min(c.preparing, c.waiting, c.queued, c.inferring, c.emitting) >= 0, c
     if done:
         assert c.in_flight == 0, c
-
-
-class Collect:
-    """A sink callable that keeps the results."""
-
-    def __init__(self) -> None:
-        self.results: list[FrameResult] = []
-
-    def __call__(self, fr: FrameResult) -> None:
-        self.results.append(fr)
-
-    @property
-    def indices(self) -> list[int]:
-        return [r.index for r in self.results]
 
 
 class SlowModel:
