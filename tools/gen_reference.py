@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import importlib
 import io
+import pkgutil
 import sys
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -40,22 +41,10 @@ OPTION_CLASSES = [
     ("converters.llm.convert", "LLMConvertOptions"),
     ("edge_sdk.generation.sampling", "SamplingParams"),
 ]
-ERROR_MODULES = ["edge_sdk.errors", "edge_sdk.pipelines.errors", "edge_sdk.streams.signal", "edge_sdk.remote.errors"]
-OTHER_ERRORS = [
-    ("converters.errors", "ConverterError"),
-    ("converters.pipeline", "ConvertError"), ("converters.calibration", "CalibrationError"), ("converters.quantize", "QuantizeError"),
-    ("converters.validate", "ValidationError"), ("converters.calibration_quality", "CalibrationQualityError"), ("converters.inspect_model", "InspectError"), ("converters.packaging", "SignatureError"),
-    ("converters.tflite_writer", "TFLiteBuildError"),
-    ("converters.llm.spec", "LLMConvertError"), ("converters.llm.spec", "SourceFormatError"), ("converters.llm.spec", "UnsupportedModelError"),
-    ("tools.fixtures.fetch_pretrained", "FetchError"), ("edge_sdk.budget.sensors", "SensorUnavailable"),
-    ("edge_sdk.budget.governor", "ActionUnavailable"), ("edge_sdk.serve.server", "ServeError"), ("edge_sdk.bench.options", "BenchError"),
-    ("edge_sdk.store.store", "StoreError"), ("edge_sdk.store.signing", "SignatureVerificationError"),
-    ("edge_sdk.remote.protocol", "ProtocolError"), ("edge_sdk.remote.router", "RouterError"), ("edge_sdk.remote.router", "RouterTimeoutError"),
-    ("edge_sdk.backends.sandbox", "SandboxError"), ("edge_sdk.backends.sandbox", "SandboxCrashError"),
-    ("edge_sdk.backends.sandbox", "SandboxMemoryError"), ("edge_sdk.backends.sandbox", "SandboxTimeoutError"),
-    ("edge_sdk.backends.sandbox", "SandboxLoadError"), ("edge_sdk.package.reference_stats", "ReferenceStatsError"),
-    ("edge_sdk.quality.shadow", "ShadowError"), ("edge_sdk.quality.shadow", "ShadowMemoryError"),
-]  # fmt: skip
+#: Every public exception class defined in these packages is listed (walked, never hand-picked: a new error
+#: is in the reference the moment it exists), plus the test fixtures' fetch error users meet in CI logs.
+ERROR_PACKAGES = ("edge_sdk", "converters")
+EXTRA_ERRORS = [("tools.fixtures.fetch_pretrained", "FetchError")]
 
 
 def _help(parser: argparse.ArgumentParser, argv: list[str]) -> str:
@@ -115,20 +104,26 @@ def render() -> str:
             lines.append(f"| `{f.name}` | `{default!r}` |" if default != "required" else f"| `{f.name}` | required |")
         lines.append("")
     lines += ["## Errors", "", "| error | base classes | meaning |", "|---|---|---|"]
-    seen = set()
-    classes = []
-    for mod in ERROR_MODULES:
-        m = importlib.import_module(mod)
-        for obj in vars(m).values():
-            if isinstance(obj, type) and issubclass(obj, Exception) and obj.__module__ == mod and obj not in seen:
-                seen.add(obj)
-                classes.append(obj)
-    for mod, name in OTHER_ERRORS:
-        classes.append(getattr(importlib.import_module(mod), name))
-    for c in classes:
+    for c in _error_classes():
         bases = ", ".join(b.__name__ for b in c.__bases__)
         lines.append(f"| `{c.__module__}.{c.__name__}` | {bases} | {_first_line(c.__doc__)} |")
     return "\n".join(lines) + "\n"
+
+
+def _error_classes() -> list[type]:
+    """The public exception classes defined in :data:`ERROR_PACKAGES`' modules (``edge_sdk.errors`` first, then by
+    module and name), then :data:`EXTRA_ERRORS`."""
+    found: dict[str, type] = {}
+    for pkg in ERROR_PACKAGES:
+        root = importlib.import_module(pkg)
+        for info in pkgutil.walk_packages(root.__path__, pkg + "."):
+            mod = importlib.import_module(info.name)
+            for name, obj in vars(mod).items():
+                if isinstance(obj, type) and issubclass(obj, Exception) and obj.__module__ == info.name and not name.startswith("_"):
+                    found[f"{info.name}.{name}"] = obj
+    first = [k for k in found if k.startswith("edge_sdk.errors.")]
+    order = first + sorted(k for k in found if k not in first)
+    return [found[k] for k in order] + [getattr(importlib.import_module(m), n) for m, n in EXTRA_ERRORS]
 
 
 def _capture_convert_parser(conv_cli):
