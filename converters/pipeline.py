@@ -219,7 +219,7 @@ def convert(model: str | Path, calibration: str | Path, out: str | Path, opts: C
     from edge_sdk.profiles import resolve_profile
 
     det = resolve_profile(opts.profile)
-    threads = opts.threads or min(det.profile.runtime.threads, det.facts.cpu_count or det.profile.runtime.threads)
+    threads = opts.threads or min(det.profile.runtime.threads, det.facts.usable_cpus or det.profile.runtime.threads)
     name = opts.name or src.stem
     work = Path(tempfile.mkdtemp(prefix="edge-convert-"))
     try:

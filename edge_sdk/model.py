@@ -131,9 +131,11 @@ class LoadOptions:
 
     def session_options(self, profile: DeviceProfile, cache_dir: Path, cpu_count: int | None = None) -> SessionOptions:
         """The profile's runtime settings with these overrides applied. The
-        profile's thread count is capped at the CPUs this machine has (a
-        generic profile must not oversubscribe a 2-core box); an explicit
-        ``threads`` is taken as given."""
+        profile's thread count is capped at ``cpu_count``, the CPUs this process may use
+        (:attr:`~edge_sdk.profiles.HardwareFacts.usable_cpus`: the affinity mask, then the
+        cgroup quota), so neither a generic profile on a 2-core box nor a process under
+        ``taskset`` or in a CPU-limited container oversubscribes; an explicit ``threads``
+        is taken as given."""
         rt = profile.runtime
         threads = self.threads if self.threads is not None else min(rt.threads, cpu_count or rt.threads)
         if self.deterministic and self.threads is None:
@@ -943,7 +945,7 @@ def _load_decoder(
             f"result_cache: {pkg.manifest.name} generates text token by token; a result cache applies to single-pass models"
         )
     sel, detection = _select(pkg, profile, opts)
-    sopts = opts.session_options(detection.profile, cache, detection.facts.cpu_count)
+    sopts = opts.session_options(detection.profile, cache, detection.facts.usable_cpus)
     # A decode step is ~300 small kernels back to back: waking the thread pool for each costs more than
     # letting it spin (SmolLM2-135M int4, 2 threads: 15.0 -> 8.6 ms per token). The profile's setting is
     # for pipelines that share the CPU; an explicit allow_spinning wins.
@@ -965,7 +967,7 @@ def _load_model(pkg: ModelPackage, profile: str | os.PathLike[str] | DeviceProfi
         raise OptionsError(f"context: applies to text-generation packages; {pkg.manifest.name} has task {pkg.manifest.task!r}")
     _check_result_cache(pkg.manifest, opts)  # before any session is opened
     sel, detection = _select(pkg, profile, opts)
-    sopts = opts.session_options(detection.profile, cache, detection.facts.cpu_count)
+    sopts = opts.session_options(detection.profile, cache, detection.facts.usable_cpus)
     to_time = sel.to_time
     if to_time and opts.measure_backends and not opts.deterministic:  # a timing-based choice can differ between loads
         sel, session = _measure(pkg, sel, to_time, sopts, opts, cache, detection.profile.name, describe_machine(detection.facts))

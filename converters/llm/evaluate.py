@@ -13,7 +13,6 @@ teacher-forced, as llama.cpp's ``perplexity`` tool measures them.
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -21,6 +20,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+
+from edge_sdk.profiles.facts import usable_cpus
 
 from .graph import empty_kv
 from .spec import DecoderConfig, LLMConvertError
@@ -84,7 +85,7 @@ def teacher_forced(model_path: Path | str, cfg: DecoderConfig, ids: Sequence[int
     NLL and top-1 at every position but each window's last."""
     if len(ids) < 2:
         raise LLMConvertError(f"eval text: {len(ids)} tokens; at least 2 are needed (give a longer --eval-text)")
-    sess = _session(model_path, threads or min(2, os.cpu_count() or 1))
+    sess = _session(model_path, threads or min(2, usable_cpus()))
     arr = np.asarray(ids, dtype=np.int64)
     nll: list[np.ndarray] = []
     top: list[np.ndarray] = []
@@ -123,7 +124,7 @@ def time_decoder(model_bytes: bytes, cfg: DecoderConfig, kv_dtype: str, *, promp
     from edge_sdk.backends.base import SessionOptions
     from edge_sdk.backends.ort_decoder import DecoderShape, OrtDecoderSession
 
-    th = threads or min(2, os.cpu_count() or 1)
+    th = threads or min(2, usable_cpus())
     shape = DecoderShape(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.vocab_size, kv_dtype)
     sess = OrtDecoderSession(model_bytes, shape, SessionOptions(threads=th, allow_spinning=True), prompt_tokens + new_tokens + 1)  # as the runtime runs it
     rng = np.random.default_rng(0)

@@ -55,6 +55,8 @@ import numpy as np
 from .._version import __version__
 from ..backends.genai import require_genai as _require_genai
 from ..errors import ContextBudgetError, GenerationError, OptionsError, PromptError
+from .machine import CPU_FLAGS
+from .machine import loadavg as _loadavg
 from .options import BenchError, named_variants
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -84,8 +86,6 @@ DEFAULT_RUNS = 5
 GENAI_INSTALL = "pip install onnxruntime-genai"
 SCHEMA = "edge-sdk-bench-generation/1"
 MiB = 1024 * 1024
-#: CPU flags that decide how fast int4/int8 decode runs (x86 and Arm names, as /proc/cpuinfo spells them).
-CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "asimd", "asimddp", "i8mm", "sve")
 _pc = time.perf_counter
 Progress = Callable[[str], None]
 
@@ -159,13 +159,6 @@ def cpu_facts(root: str = "/") -> dict[str, Any]:
         "mem_total_mb": f.mem_total_mb,
         "loadavg": _loadavg(),
     }
-
-
-def _loadavg() -> list[float] | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except (AttributeError, OSError):
-        return None
 
 
 def _rss_now_mb() -> float | None:

@@ -64,7 +64,9 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from ..errors import GenerationBusyError, OptionsError, TemplateError
-from .generation import CPU_FLAGS, _loadavg, _pct, column, cpu_facts, environment, make_prompt, write_generation_json
+from .generation import _pct, column, cpu_facts, environment, make_prompt, write_generation_json
+from .machine import CPU_FLAGS
+from .machine import loadavg as _loadavg
 from .options import BenchError
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -23,6 +23,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from ..profiles.facts import usable_cpus
+from .machine import loadavg as _loadavg
 from .monitor import ResourceMonitor, peak_rss_mb
 from .options import BenchError, BenchOptions, named_variants
 from .report import DESCRIPTIONS, SCHEMA_VERSION, build_row, clean
@@ -255,7 +257,7 @@ def _image_hw(models: Sequence[Any], mode: str, opts: BenchOptions) -> list[int]
 
 
 def _session_options(model: Any, cache: Path, detection: Any) -> Any:
-    return model.options.session_options(detection.profile, Path(model.options.cache_dir or cache), detection.facts.cpu_count)
+    return model.options.session_options(detection.profile, Path(model.options.cache_dir or cache), detection.facts.usable_cpus)
 
 
 def _raw_target(pkg: Any, model: Any, pool: InputPool, cache: Path, detection: Any, warnings: list[str]) -> Target | None:
@@ -309,13 +311,6 @@ def _variant_info(model: Any) -> dict[str, Any]:
         "max_batch": max_batch_of(model.inputs),
         "check_finite": model.options.check_finite,
     }
-
-
-def _loadavg() -> list[float] | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except (AttributeError, OSError):
-        return None
 
 
 def _environment(detection: Any, statuses: dict[str, Any], load_before: list[float] | None) -> dict[str, Any]:
@@ -495,7 +490,7 @@ def _offline(sc: _Scenario, batches: dict[str, int]) -> None:
     cap = 3 * sc.block_s + 2.0
     for rep, t in sc.blocks():
         b = batches[t.label]
-        workers = 1 if b > 1 else (o.offline_workers or os.cpu_count() or 1)
+        workers = 1 if b > 1 else (o.offline_workers or usable_cpus())
         if sc.block_n is not None:
             n = sc.block_n
         else:  # enough for about block_s at the warm-up's pace

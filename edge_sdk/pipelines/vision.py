@@ -121,6 +121,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from ..errors import OptionsError, OptionsTypeError
+from ..profiles.facts import usable_cpus
 from ..telemetry.core import Sample
 from .errors import PipelineError, PipelineStateError, SourceError
 from .sinks import CallbackSink, Sink
@@ -302,7 +303,7 @@ def _preprocess_mode(requested: str, model: Any, workers: int) -> str:
         threads = int(model.session.info.threads)
     except (AttributeError, TypeError, ValueError):
         threads = 1
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cpus = usable_cpus()
     return "capture" if threads * workers < cpus else "worker"
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from ..errors import ProfileError  # the error every function here raises
 from .detect import DETECTION_SOURCES, BoardMatch, detect, effective_memory_budget_mb, resolve_profile
-from .facts import HardwareFacts, read_facts
+from .facts import HardwareFacts, read_facts, usable_cpus
 from .profile import (
     ARCHES,
     BACKENDS,
@@ -74,5 +74,6 @@ __all__ = [
     "load_profile",
     "profiles_dir",
     "read_facts",
+    "usable_cpus",
     "resolve_profile",
 ]

@@ -67,6 +67,7 @@ class BoardMatch:
             f"machine: {f.machine or 'unknown'}; cpu: {f.cpu_model or 'unknown'} x {f.cpu_count or '?'}; "
             f"memory: {f.mem_total_mb if f.mem_total_mb is not None else '?'} MiB"
         )
+        lines.append(f"cpus: {f.cpu_budget_text()}")
         if f.mem_total_mb is None:
             budget = f"{self.memory_budget_mb} MiB (cap; MemTotal unknown)"
         else:
@@ -77,7 +78,7 @@ class BoardMatch:
         lines.append(f"memory budget: {budget}")
         lines.append(
             f"runtime: precisions {', '.join(runtime.precisions)}; backends {', '.join(runtime.backends)}; "
-            f"threads {runtime.threads}"
+            f"threads {self.threads} ({self.threads_text()})"
         )
         t = p.thermal
         lines.append(
@@ -87,9 +88,26 @@ class BoardMatch:
         lines.append(f"power: sensor {p.power.sensor}, budget {budget_w}")
         return "\n".join(lines)
 
+    @property
+    def threads(self) -> int:
+        """The inference threads a model gets here by default: the profile's count capped by the
+        CPUs this process may use (:attr:`HardwareFacts.usable_cpus`)."""
+        usable = self.facts.usable_cpus
+        return min(self.profile.runtime.threads, usable) if usable else self.profile.runtime.threads
+
+    def threads_text(self) -> str:
+        usable = self.facts.usable_cpus
+        src = "affinity mask" if self.facts.cpus_allowed is not None else "machine"
+        if self.facts.cpu_quota is not None and usable is not None and usable < (self.facts.cpus_allowed or self.facts.cpu_count or usable + 1):
+            src = "cgroup CPU quota"
+        if usable is None or self.profile.runtime.threads <= usable:
+            return f"the profile's {self.profile.runtime.threads}"
+        return f"the profile's {self.profile.runtime.threads} capped by the {src}: {usable} usable CPU{'s' if usable != 1 else ''}"
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict."""
         return {
+            "threads": self.threads,
             "profile": self.profile.to_dict(),
             "facts": self.facts.to_dict(),
             "reasons": list(self.reasons),

@@ -1,9 +1,19 @@
 """What a board says about itself, read from a root (``/`` on a device, a recorded fake tree in
 tests): :class:`HardwareFacts` and :func:`read_facts` (device tree, ``/etc/nv_tegra_release``,
-``/proc/cpuinfo``, ``/proc/meminfo``)."""
+``/proc/cpuinfo``, ``/proc/meminfo``, and what this process may use: its CPU affinity mask and
+its cgroup's CPU quota).
+
+The CPUs a process may use are not the CPUs the machine has: ``taskset``/``sched_setaffinity(2)``
+narrow the set the scheduler runs it on, and a container's cgroup caps the CPU time it gets
+(cgroup v2 ``cpu.max`` = ``"$MAX $PERIOD"``, Linux Documentation/admin-guide/cgroup-v2.rst; v1
+``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``, Documentation/scheduler/sched-bwc.rst). Thread pools
+sized from ``/proc/cpuinfo`` oversubscribe such a process; :attr:`HardwareFacts.usable_cpus` is
+the smaller of the two, the quota rounded up as the JDK's and Go's container support do.
+"""
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import re
@@ -65,12 +75,33 @@ class HardwareFacts:
     cpu_features: frozenset[str] = field(default_factory=frozenset)
     cpu_count: int | None = None
     mem_total_mb: int | None = None
+    cpus_allowed: int | None = None
+    cpu_quota: float | None = None
 
     def __post_init__(self) -> None:
         if self.machine is not None:
             object.__setattr__(self, "machine", _normalise_machine(self.machine))
         object.__setattr__(self, "device_tree_compatible", tuple(self.device_tree_compatible))
         object.__setattr__(self, "cpu_features", frozenset(f.lower() for f in self.cpu_features))
+
+    @property
+    def usable_cpus(self) -> int | None:
+        """The CPUs this process may keep busy: the affinity mask's count (``cpus_allowed``), capped
+        by the cgroup CPU quota rounded up (``cpu_quota``), else the machine's ``cpu_count``;
+        None when nothing is known. What thread pools and worker counts are sized from."""
+        n = self.cpus_allowed if self.cpus_allowed is not None else self.cpu_count
+        if self.cpu_quota is not None:
+            q = max(1, math.ceil(self.cpu_quota - 1e-9))
+            n = q if n is None else min(n, q)
+        return n
+
+    def cpu_budget_text(self) -> str:
+        """One line saying where :attr:`usable_cpus` comes from, for ``edge-sdk profile``."""
+        parts = [f"{self.cpu_count if self.cpu_count is not None else '?'} on the machine"]
+        if self.cpus_allowed is not None:
+            parts.append(f"{self.cpus_allowed} in this process's affinity mask")
+        parts.append("no cgroup CPU quota" if self.cpu_quota is None else f"cgroup CPU quota {self.cpu_quota:g}")
+        return f"{self.usable_cpus if self.usable_cpus is not None else '?'} usable ({', '.join(parts)})"
 
     @property
     def has_avx512_vnni(self) -> bool:
@@ -108,6 +139,9 @@ class HardwareFacts:
             "cpu_model": self.cpu_model,
             "cpu_features": sorted(self.cpu_features),
             "cpu_count": self.cpu_count,
+            "cpus_allowed": self.cpus_allowed,
+            "cpu_quota": self.cpu_quota,
+            "usable_cpus": self.usable_cpus,
             "mem_total_mb": self.mem_total_mb,
         }
 
@@ -196,6 +230,81 @@ def _mem_total_mb(text: str | None) -> int | None:
     return int(found.group(1)) // 1024 if found else None
 
 
+def _cpu_list_count(text: str) -> int | None:
+    """Count the CPUs of a kernel cpu list (``"0-3,8,10-11"``, as ``Cpus_allowed_list`` writes it)."""
+    n = 0
+    for part in text.strip().split(","):
+        lo, sep, hi = part.strip().partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            return None
+        n += (int(hi) - int(lo) + 1) if sep else 1
+    return n or None
+
+
+def _cpus_allowed(base: Path, host: bool) -> int | None:
+    """The affinity mask's CPU count: ``os.sched_getaffinity(0)`` on this machine, else the
+    ``Cpus_allowed_list`` line of ``proc/self/status`` below ``base`` (proc(5))."""
+    if host and hasattr(os, "sched_getaffinity"):
+        try:
+            return len(os.sched_getaffinity(0)) or None
+        except OSError:
+            pass
+    status = _read_text(base / "proc/self/status") or ""
+    found = re.search(r"^Cpus_allowed_list:\s*(\S+)", status, re.MULTILINE)
+    return _cpu_list_count(found.group(1)) if found else None
+
+
+def _quota_v2(text: str | None) -> float | None:
+    fields = (text or "").split()
+    if len(fields) != 2 or fields[0] == "max":
+        return None
+    try:
+        quota, period = int(fields[0]), int(fields[1])
+    except ValueError:
+        return None
+    return quota / period if quota > 0 and period > 0 else None
+
+
+def _quota_v1(quota_text: str | None, period_text: str | None) -> float | None:
+    try:
+        quota, period = int((quota_text or "").strip()), int((period_text or "").strip())
+    except ValueError:
+        return None
+    return quota / period if quota > 0 and period > 0 else None  # -1: no limit
+
+
+def _cpu_quota(base: Path) -> float | None:
+    """The tightest CPU quota (in CPUs) on this process's cgroup and its ancestors, or None.
+
+    The cgroup comes from ``proc/self/cgroup`` (v2: ``0::/path``; v1: the ``cpu`` controller's line);
+    limits nest, so every level from the process's group up to the mount root is read."""
+    quotas: list[float] = []
+    for line in (_read_text(base / "proc/self/cgroup") or "").splitlines():
+        hier, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        v2 = hier == "0" and controllers == ""
+        if not v2 and "cpu" not in controllers.split(","):
+            continue
+        mounts = [base / "sys/fs/cgroup"] if v2 else [base / "sys/fs/cgroup" / name for name in ("cpu,cpuacct", "cpu")]
+        rel = [p for p in path.strip().split("/") if p and p != ".."]
+        for mount in mounts:
+            for depth in range(len(rel), -1, -1):
+                d = mount.joinpath(*rel[:depth])
+                q = _quota_v2(_read_text(d / "cpu.max")) if v2 else _quota_v1(_read_text(d / "cpu.cfs_quota_us"), _read_text(d / "cpu.cfs_period_us"))
+                if q is not None:
+                    quotas.append(q)
+    return min(quotas) if quotas else None
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may keep busy (affinity mask, capped by the cgroup CPU quota rounded
+    up), never below 1: what to size thread pools and worker counts from, instead of
+    ``os.cpu_count()`` (which counts the machine's CPUs, not this process's)."""
+    root = Path("/")
+    facts = HardwareFacts(cpu_count=os.cpu_count(), cpus_allowed=_cpus_allowed(root, True), cpu_quota=_cpu_quota(root))
+    return facts.usable_cpus or 1
+
+
 def _is_host_root(root: Path) -> bool:
     return root == Path("/")
 
@@ -204,8 +313,11 @@ def read_facts(root: Union[str, os.PathLike[str]] = "/", *, machine: str | None 
     """Read hardware facts below ``root`` (``"/"`` for this machine).
 
     Reads ``proc/device-tree/model`` (else ``sys/firmware/devicetree/base/model``),
-    the matching ``compatible``, ``etc/nv_tegra_release``, ``proc/cpuinfo`` and
-    ``proc/meminfo``.  A missing or unreadable file is an absent fact, never an
+    the matching ``compatible``, ``etc/nv_tegra_release``, ``proc/cpuinfo``,
+    ``proc/meminfo``, the affinity mask (``os.sched_getaffinity`` on this machine,
+    ``proc/self/status`` ``Cpus_allowed_list`` below another root) and the cgroup CPU
+    quota (``proc/self/cgroup``, then ``sys/fs/cgroup/.../cpu.max`` or the v1
+    ``cpu.cfs_quota_us``).  A missing or unreadable file is an absent fact, never an
     exception.  ``machine`` defaults to ``platform.machine()`` only when ``root``
     is ``"/"``; for another root it is inferred from cpuinfo (x86 ``flags`` /
     ``vendor_id``; Arm ``Features`` / ``CPU implementer``) unless given.
@@ -242,4 +354,6 @@ def read_facts(root: Union[str, os.PathLike[str]] = "/", *, machine: str | None 
         cpu_features=features,
         cpu_count=cpu_count,
         mem_total_mb=_mem_total_mb(_read_text(base / "proc/meminfo")),
+        cpus_allowed=_cpus_allowed(base, host),
+        cpu_quota=_cpu_quota(base),
     )

@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[2]  # the repository root (this file is 
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from edge_sdk.bench.generation import _loadavg, cpu_facts  # noqa: E402
+from edge_sdk.bench.generation import cpu_facts  # noqa: E402
 from edge_sdk.bench.generation_load import (  # noqa: E402
     INTERFERENCE_TARGET,
     SCALING_TARGETS,
@@ -52,6 +52,7 @@ from edge_sdk.bench.generation_load import (  # noqa: E402
     _cpu_meter,
     run_generation_load,
 )
+from edge_sdk.bench.machine import loadavg as _loadavg  # noqa: E402
 from tools.bench.bench_generate import _git, busy_fraction, wait_quiet  # noqa: E402
 
 TARGETS = {
