@@ -27,20 +27,32 @@ from .package import TensorSpec
 _FLOATS = frozenset({"float16", "float32", "float64"})
 
 
-def _sum_is_finite(x: np.ndarray, acc: Any) -> bool:
-    with np.errstate(over="ignore", invalid="ignore"):  # an overflowing sum is an answer here, not a warning
-        return math.isfinite(np.add.reduce(x, axis=None, dtype=acc))
+#: Up to this many elements, the finiteness check sums the values as Python floats.
+_SMALL = 64
+
+
+def _probably_finite(x: np.ndarray) -> bool:
+    """True when ``x`` has no NaN/Inf (False can also mean "look closer": a float64 sum that overflowed).
+
+    Measured right after an ONNX Runtime call on an AMD EPYC Zen 3 (see docs/benchmarks.md), where the
+    first numpy call pays for its evicted dispatch code: a 16-element ``np.isfinite(x).all()`` cost
+    5-10 us and the old summing pass under ``np.errstate`` 15 us, a Python sum of ``tolist()`` 1.8 us
+    (doubles: a float16/float32 sum cannot overflow, NaN and Inf propagate, ``inf - inf`` is NaN).
+    From a few hundred elements up ``np.isfinite(x).all()`` is the cheapest pass (36 us for a
+    1x3x224x224 float32 input against 63 us for the summing pass)."""
+    if x.size <= _SMALL:
+        return math.isfinite(sum(x.ravel().tolist()))
+    return bool(np.isfinite(x).all())
 
 
 class _One:
-    __slots__ = ("name", "dtype", "rank", "checks", "is_float", "shape_text", "acc")
+    __slots__ = ("name", "dtype", "rank", "checks", "is_float", "shape_text")
 
     def __init__(self, spec: TensorSpec) -> None:
         self.name = spec.name
         self.dtype = np.dtype(spec.dtype)
         self.rank = len(spec.shape)
         self.is_float = spec.dtype in _FLOATS
-        self.acc = np.float32 if spec.dtype == "float16" else None  # float16 sums overflow at 65504
         # (axis, fixed value or None, lo, hi, dim name)
         checks: list[tuple[int, int | None, int, int, str | None]] = []
         for ax, d in enumerate(spec.shape):
@@ -80,10 +92,8 @@ class _One:
             raise NonContiguousInputError(
                 f"input {self.name!r}: expected a C-contiguous array, got strides {x.strides}; pass np.ascontiguousarray(x)"
             )
-        # One summing pass: a finite sum proves there is no NaN/Inf (and reads the input
-        # once, as a memory-bound pass must); a non-finite sum (NaN/Inf, or an overflow
-        # of the sum itself) falls back to the exact element-wise check.
-        if finite and self.is_float and not _sum_is_finite(x, self.acc) and not np.isfinite(x).all():
+        # One cheap pass (see _probably_finite); where it says no, the exact element-wise check decides.
+        if finite and self.is_float and not _probably_finite(x) and not np.isfinite(x).all():
             bad = int(np.count_nonzero(~np.isfinite(x)))
             raise NonFiniteInputError(f"input {self.name!r}: expected finite values, got {bad} NaN/Inf of {x.size}")
         return x
