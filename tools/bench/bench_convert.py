@@ -28,6 +28,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from edge_sdk.bench.machine import finish_record, machine_line, machine_record  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]  # the repository root (this file is tools/bench/bench_convert.py)
 sys.path.insert(0, str(ROOT))
 
@@ -187,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
+    machine = machine_record()
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
         (work / "cnn").mkdir()
@@ -196,10 +199,10 @@ def main(argv: list[str] | None = None) -> int:
 
     import onnxruntime
 
-    head = f"{platform.machine()} | onnxruntime {onnxruntime.__version__} | {time.perf_counter() - t0:.0f} s"
+    head = f"{platform.machine()} | onnxruntime {onnxruntime.__version__} | {time.perf_counter() - t0:.0f} s\nCPU: {machine_line(finish_record(machine))}"
     print(head + "\n\n" + render(rows))
     if args.json:
-        args.json.write_text(json.dumps({"header": head, "rows": rows}, indent=1))
+        args.json.write_text(json.dumps({"header": head, "machine_record": machine, "rows": rows}, indent=1))
     return 0
 
 

@@ -68,6 +68,7 @@ ROOT = Path(__file__).resolve().parents[2]  # the repository root (this file is 
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from edge_sdk.bench.machine import finish_record, machine_line, machine_record  # noqa: E402
 from edge_sdk.bench.targets import ort_option_mismatches, raw_ort_session  # noqa: E402  (the raw arm of edge-sdk bench --vs-raw)
 
 TRIVIAL_TARGET_US = 15.0
@@ -824,6 +825,8 @@ def render(r: dict[str, Any], b: Bench) -> str:
         f"ai-edge-litert {meta['litert']} | numpy {meta['numpy']} | load average before {meta['loadavg_before']}, "
         f"after {meta['loadavg_after']} | {meta['duration_s']:.0f} s | git {meta['git']} | demo {meta['demo_package']}\n"
     )
+    if meta.get("machine_record"):
+        L.append(f"CPU: {machine_line(meta['machine_record'])}\n")
 
     # A
     ov = r["overhead"]
@@ -1014,6 +1017,7 @@ def main(argv: list[str] | None = None) -> int:
 
     t_start = time.perf_counter()
     load_before = os.getloadavg()
+    machine = machine_record()
     if args.keep:
         work = args.keep
         if work.exists() and any(work.iterdir()):
@@ -1050,6 +1054,7 @@ def main(argv: list[str] | None = None) -> int:
             "duration_s": time.perf_counter() - t_start,
             "git": _git_state(),
             "demo_package": demo_id,
+            "machine_record": finish_record(machine),
         }
         if args.only_monitoring:
             L: list[str] = [f"# edge_sdk quality monitoring overhead ({'quick' if args.quick else 'full'})\n"]

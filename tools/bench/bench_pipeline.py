@@ -70,6 +70,7 @@ ROOT = Path(__file__).resolve().parents[2]  # the repository root (this file is 
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from edge_sdk.bench.machine import finish_record, machine_line, machine_record  # noqa: E402
 from tools.fixtures.face_clip import ClipFrame, box_iou, write_clip  # noqa: E402
 from tools.fixtures.face_package import MODEL_NAME, write_face_package  # noqa: E402
 
@@ -1030,6 +1031,7 @@ def main(argv: list[str] | None = None) -> int:
 
     t_start = time.perf_counter()
     load_before = os.getloadavg()
+    machine = machine_record()
     cpu_before = cpu_snapshot()
     if args.keep:
         work = args.keep
@@ -1082,8 +1084,10 @@ def main(argv: list[str] | None = None) -> int:
             "loadavg_after": [round(v, 2) for v in os.getloadavg()],
             "duration_s": wall,
             "git": _git_state(),
+            "machine_record": finish_record(machine),
         }
         sys.stdout.write(render(res))
+        print(f"CPU: {machine_line(machine)}")
         sys.stdout.flush()
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from edge_sdk.bench.machine import finish_record, machine_record  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]  # the repository root (this file is tools/bench/bench_preprocess.py)
 sys.path.insert(0, str(ROOT))
 
@@ -48,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frames", type=int, default=300)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
+    machine = machine_record()
     rng = np.random.default_rng(0)
     frames = [rng.integers(0, 256, (480, 640, 3), dtype=np.uint8) for _ in range(8)]
     mean, std = np.array([0.5, 0.5, 0.5], np.float32), np.array([0.25, 0.25, 0.25], np.float32)
@@ -82,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['pillow_p99_us']:.0f} | {r['pillow_over_opencv']:.2f}x | {r['max_abs_diff']:.3f} |"
         )
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+        args.json.write_text(json.dumps({"machine_record": finish_record(machine), "rows": rows}, indent=1))
     return 0
 
 

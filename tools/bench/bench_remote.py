@@ -42,6 +42,8 @@ from typing import Any
 
 import numpy as np
 
+from edge_sdk.bench.machine import finish_record, machine_line, machine_record  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]  # the repository root (this file is tools/bench/bench_remote.py)
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -349,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=10.0, help="offered load duration per arm (default 10)")
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args(argv)
+    machine = machine_record()
     with tempfile.TemporaryDirectory(prefix="edge-bench-remote-") as tmp:
         work = Path(tmp)
         pk = write_packages(work)
@@ -358,7 +361,9 @@ def main(argv: list[str] | None = None) -> int:
             "A": section_a(pk),
             "B": section_b(pk, args.seconds, work),
         }
+    res["machine_record"] = finish_record(machine)
     sys.stdout.write(render(res))
+    print(f"CPU: {machine_line(machine)}")
     if args.json:
         args.json.write_text(json.dumps(res, indent=1) + "\n")
     return 0

@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from edge_sdk.bench.machine import finish_record, machine_record  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -119,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, m in models.items():
         arms[name] = (lambda m=m, a=(img if "demo" in name else x): m.predict(a))
     load_before = os.getloadavg()
+    machine = machine_record()
     pc = time.perf_counter_ns
     for f in arms.values():  # warm-up
         for _ in range(500):
@@ -150,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         "head": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip() + "+worktree",
         "cpu": cpu_line(), "python": platform.python_version(), "onnxruntime": ort.__version__,
         "load_before": [round(v, 2) for v in load_before], "load_after": [round(v, 2) for v in os.getloadavg()],
-        "rounds": args.rounds, "calls_per_round": args.calls, "median_us": med,
+        "rounds": args.rounds, "calls_per_round": args.calls, "median_us": med, "machine_record": finish_record(machine),
         "added_over_raw_us": {rev: round(statistics.median(v) - med["raw"], 2) for rev, v in (("base", base), ("head", head))},
         "paired_us": {"trivial head - base": paired(head, base), "demo head - base": paired(head_d, base_d)},
         "null_us": {

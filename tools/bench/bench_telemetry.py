@@ -35,6 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     import edge_sdk
+    from edge_sdk.bench.machine import finish_record, machine_line, machine_record
+
+    machine = machine_record()
     from converters.packaging import write_package
     from edge_sdk.telemetry import FOLD_AT, ModelTelemetry, Provenance
     from tools.fixtures.mobilenetv2 import build_trivial
@@ -97,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = pc()
     tm._fold()
     print(f"one fold of {FOLD_AT - 1} pending calls: {(pc() - t0) / 1e3:.0f} us (what the recording thread pays once per {FOLD_AT} calls)")
+    print(f"CPU: {machine_line(finish_record(machine))}")
     return 0
 
 

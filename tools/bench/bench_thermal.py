@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]  # the repository root (this file is 
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from edge_sdk.bench.machine import finish_record, machine_line, machine_record  # noqa: E402
 from tools.fixtures.thermal_loop import HOT_FULL_C, run  # noqa: E402
 
 
@@ -66,7 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dwell", type=float, default=2.0, help="governor minimum dwell, s (default 2)")
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args(argv)
+    machine = machine_record()
     r = run(args.seconds, args.tau, args.interval, args.dwell)
+    r["machine_record"] = finish_record(machine)
+    print(f"CPU: {machine_line(machine)}")
     sys.stdout.write(render(r))
     if args.json:
         args.json.write_text(json.dumps(r, indent=1, default=str) + "\n")
