@@ -39,6 +39,10 @@ class Int8Options:
     weight_type: str = "int8"
     calibration: str = "minmax"
     per_channel: bool = True
+    #: 7-bit weights: ONNX Runtime's U8S8 kernels on x86 without VNNI multiply with VPMADDUBSW, whose 16-bit
+    #: pair sums can saturate; ORT recommends reduce_range (or U8U8) there
+    #: (https://onnxruntime.ai/docs/performance/model-optimizations/quantization.html, "When and why do I need to try U8U8?")
+    reduce_range: bool = False
     nodes_to_exclude: tuple[str, ...] = ()
     #: dynamic only: quantize just these op types (``op_types_to_quantize``), e.g. ("MatMul", "Gemm") to keep
     #: convolutions in float (ONNX Runtime's dynamic ConvInteger path can lose a model: PP-OCRv4's recognizer); () = all
@@ -182,16 +186,17 @@ def quantize_int8(src: Path, dst: Path, opts: Int8Options, reader_factory: Any =
         quantize_static(
             str(src), str(dst), reader_factory(), quant_format=QuantFormat.QDQ, per_channel=opts.per_channel,
             activation_type=_qtype(opts.activation_type), weight_type=_qtype(opts.weight_type), calibrate_method=cm,
-            nodes_to_exclude=excl or None, extra_options=extra,
+            nodes_to_exclude=excl or None, extra_options=extra, reduce_range=opts.reduce_range,
         )  # fmt: skip
         a = "U8" if opts.activation_type == "uint8" else "S8"
         w = "S8" if opts.weight_type == "int8" else "U8"
         desc = f"int8 static QDQ {a}{w} ({opts.activation_type} activations, {opts.weight_type} weights), {opts.calibration} calibration"
         desc += ", per-channel" if opts.per_channel else ", per-tensor"
+        desc += ", reduce_range (7-bit weights)" if opts.reduce_range else ""
     else:
         quantize_dynamic(
             str(src), str(dst), weight_type=_qtype(opts.weight_type), per_channel=opts.per_channel, nodes_to_exclude=excl or None,
-            op_types_to_quantize=list(opts.op_types) or None,
+            op_types_to_quantize=list(opts.op_types) or None, reduce_range=opts.reduce_range,
         )  # fmt: skip
         desc = f"int8 dynamic ({opts.weight_type} weights{', per-channel' if opts.per_channel else ''})"
         if opts.op_types:

@@ -14,6 +14,7 @@ from conftest import ROOT
 from converters.pipeline import ConvertOptions, convert
 from converters.quantize import Int8Options
 from edge_sdk.package import ImagePreprocess, ModelPackage
+from edge_sdk.profiles import read_facts
 
 DEMO = ROOT / "edge_sdk" / "assets" / "shapes-classifier"
 LABELS = ("circle", "square", "triangle", "cross")
@@ -56,7 +57,11 @@ def test_auto_measures_static_and_dynamic_on_a_cnn(tmp_path: Path) -> None:
     row = _int8_row(res)
     cands = row["candidates"]
     methods = [c["method"] for c in cands]
-    assert any("static QDQ" in m for m in methods) and any("dynamic" in m for m in methods) and len(cands) <= 3
+    assert any("static QDQ" in m for m in methods) and any("dynamic" in m for m in methods)
+    if read_facts("/").int8_saturates:  # x86 without VNNI: the formulations ORT recommends there are measured too
+        assert any("reduce_range" in m for m in methods) and any("U8U8" in m for m in methods) and len(cands) <= 5
+    else:
+        assert not any("reduce_range" in m or "U8U8" in m for m in methods) and len(cands) <= 3
     best = _check_rule(cands)
     assert best["method"] in row["method"] and "chosen of" in row["method"]
     assert any(t.startswith("int8 candidates: ") for t in row["notes"])
@@ -95,3 +100,22 @@ def test_explicit_method_makes_one_family(tmp_path: Path) -> None:
     row = _int8_row(res)
     assert len(row["candidates"]) == 1 and "dynamic" in row["candidates"][0]["method"] and row["candidates"][0]["chosen"]
     assert "chosen of" not in row["method"]
+
+
+def test_reduce_range_is_applied_when_asked(tmp_path: Path) -> None:
+    data = ROOT / "tools" / "data"
+    z = np.load(data / "shapes_mlp_holdout.npz")
+    np.savez(tmp_path / "cal.npz", x=z["x"][:48, None, :])
+    base = dict(targets=("int8",), dims={"batch": (1, 8)}, progress=False, repair=False)
+    i8 = Int8Options(method="static", reduce_range=True)
+    res = convert(data / "shapes_mlp_fp32.onnx", tmp_path / "cal.npz", tmp_path / "rr", ConvertOptions(**base, int8=i8))
+    row = _int8_row(res)
+    assert len(row["candidates"]) == 1 and "reduce_range (7-bit weights)" in row["candidates"][0]["method"]
+    import onnx
+    from onnx import numpy_helper
+
+    m = onnx.load(str(res.package / "model_int8.onnx")) if (res.package / "model_int8.onnx").exists() else None
+    assert m is not None  # the MLP passes its gate with 7-bit weights
+    if m is not None:  # its int8 weights use 7 bits
+        w = [numpy_helper.to_array(t) for t in m.graph.initializer if t.data_type == onnx.TensorProto.INT8 and t.dims and np.prod(t.dims) > 16]
+        assert w and max(int(np.abs(a.astype(np.int16)).max()) for a in w) <= 64

@@ -68,6 +68,13 @@ class BoardMatch:
             f"memory: {f.mem_total_mb if f.mem_total_mb is not None else '?'} MiB"
         )
         lines.append(f"cpus: {f.cpu_budget_text()}")
+        if f.machine in ("x86_64", "aarch64"):
+            dot = [x for x in ("amx_int8", "avx512_vnni", "avx_vnni", "asimddp", "i8mm") if x in f.cpu_features]
+            lines.append(
+                f"int8 dot products: {', '.join(dot)}"
+                if dot
+                else "int8 dot products: none (" + ("u8s8 kernels can saturate: the converter also measures reduce_range and U8U8" if f.int8_saturates else "no DotProd") + ")"
+            )
         if f.mem_total_mb is None:
             budget = f"{self.memory_budget_mb} MiB (cap; MemTotal unknown)"
         else:

@@ -104,6 +104,14 @@ class HardwareFacts:
         return f"{self.usable_cpus if self.usable_cpus is not None else '?'} usable ({', '.join(parts)})"
 
     @property
+    def int8_saturates(self) -> bool:
+        """x86 without VNNI (no ``avx512_vnni``, ``avx_vnni`` or ``amx_int8``): ONNX Runtime's u8s8 int8
+        kernels multiply with VPMADDUBSW there, whose 16-bit pair sums can saturate, and int8 is often no
+        faster than fp32 (ORT's quantization docs: reduce_range or U8U8 on such CPUs). Arm's int8 paths
+        (SDOT/UDOT, or widening multiplies without DotProd) do not saturate."""
+        return self.machine == "x86_64" and not ({"avx512_vnni", "avx_vnni", "amx_int8"} & self.cpu_features)
+
+    @property
     def has_avx512_vnni(self) -> bool:
         """x86 AVX-512 VNNI (int8 dot products), flag ``avx512_vnni``."""
         return "avx512_vnni" in self.cpu_features
