@@ -8,10 +8,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from importlib import metadata
+from typing import Any
 
 from .errors import MissingDependencyError
 
@@ -118,11 +115,68 @@ def _is_ort_name(name: str) -> bool:
     return name in ORT_DISTRIBUTIONS or name.startswith(("ort-nightly", "onnxruntime-"))
 
 
-def _record_hash(dist: metadata.Distribution, relative: str) -> str | None:
-    for f in dist.files or ():
-        if f.as_posix() == relative and f.hash is not None and f.hash.mode == "sha256":
-            return str(f.hash.value)
-    return None
+class _DistInfo:
+    """One ``*.dist-info`` / ``*.egg-info`` folder, read without ``importlib.metadata`` (whose import
+    alone costs 50-80 ms, email and zipfile included, on the path of every ``edge_sdk.load``).
+
+    ``METADATA`` (``PKG-INFO`` for egg-info) is read for its ``Name:`` and ``Version:`` header lines
+    (the core metadata format: https://packaging.python.org/en/latest/specifications/core-metadata/),
+    ``RECORD`` (``installed-files.txt`` for egg-info) for its ``path,sha256=<urlsafe b64>,size`` rows
+    (https://packaging.python.org/en/latest/specifications/recording-installed-packages/)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        meta = folder / ("PKG-INFO" if folder.suffix == ".egg-info" else "METADATA")
+        self.name: str | None = None
+        self.version = ""
+        try:
+            with open(meta, encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    if not line.strip():
+                        break  # the headers end at the first blank line
+                    key, sep, value = line.partition(":")
+                    if sep and key == "Name" and self.name is None:
+                        self.name = value.strip()
+                    elif sep and key == "Version" and not self.version:
+                        self.version = value.strip()
+        except OSError:
+            pass
+        self._files: dict[str, str | None] | None = None
+
+    @property
+    def files(self) -> dict[str, str | None]:
+        """Installed path (relative to the site folder, posix) -> its RECORD sha256 (urlsafe b64) or None."""
+        if self._files is None:
+            import csv
+
+            out: dict[str, str | None] = {}
+            rec = self.folder / "RECORD"
+            try:
+                if rec.is_file():
+                    with open(rec, encoding="utf-8", errors="replace", newline="") as f:
+                        for row in csv.reader(f):
+                            if row:
+                                h = row[1] if len(row) > 1 else ""
+                                out[row[0]] = h[len("sha256=") :] if h.startswith("sha256=") else None
+                else:
+                    listed = self.folder / "installed-files.txt"
+                    for line in listed.read_text(encoding="utf-8", errors="replace").splitlines():
+                        rel = (self.folder / line.strip()).resolve()
+                        try:
+                            out[rel.relative_to(self.folder.parent.resolve()).as_posix()] = None
+                        except ValueError:
+                            continue
+            except OSError:
+                pass
+            self._files = out
+        return self._files
+
+    def locate(self) -> str:
+        return str(self.folder.parent)
+
+
+def _record_hash(dist: _DistInfo, relative: str) -> str | None:
+    return dist.files.get(relative)
 
 
 def _file_hash(path: Path) -> str | None:
@@ -142,27 +196,26 @@ def _package_name_in(info: Path) -> str | None:
     return _normalise(found.group(1)) if found else None
 
 
-def _candidate_distributions() -> list[metadata.Distribution]:
+def _candidate_distributions() -> list[_DistInfo]:
     """The ``*.dist-info`` / ``*.egg-info`` folders on ``sys.path`` whose name could be an ONNX Runtime
-    build, as importlib.metadata distributions (a glob per path entry: reading every installed
-    distribution's METADATA would cost tens of milliseconds)."""
+    build (a glob per path entry: reading every installed distribution's METADATA would cost tens of
+    milliseconds)."""
     import sys
-    from importlib import metadata  # here, not at the top: it costs tens of ms of import time
 
-    out: list[metadata.Distribution] = []
+    out: list[_DistInfo] = []
     for entry in sys.path:
         base = Path(entry or ".")
         if not base.is_dir():
             continue
         for pattern in ("onnxruntime*.dist-info", "onnxruntime*.egg-info", "ort_nightly*.dist-info", "ort-nightly*.dist-info"):
-            out.extend(metadata.Distribution.at(p) for p in sorted(base.glob(pattern)))
+            out.extend(_DistInfo(p) for p in sorted(base.glob(pattern)))
     return out
 
 
 @functools.lru_cache(maxsize=1)
 def onnxruntime_builds() -> RuntimeBuilds:
-    """The ONNX Runtime builds installed on ``sys.path``, read from their ``importlib.metadata``
-    (``*.dist-info``) without importing ``onnxruntime``; read once per process (``cache_clear()`` to read again).
+    """The ONNX Runtime builds installed on ``sys.path``, read from their ``*.dist-info`` folders
+    (:class:`_DistInfo`) without importing ``onnxruntime`` or ``importlib.metadata``; read once per process (``cache_clear()`` to read again).
 
     With more than one, the active build is the one whose RECORD hash of
     ``onnxruntime/capi/build_and_package_info.py`` matches the file on disk (the last one
@@ -171,19 +224,16 @@ def onnxruntime_builds() -> RuntimeBuilds:
     import importlib.util
 
     found: dict[str, RuntimeBuild] = {}
-    dists: dict[str, metadata.Distribution] = {}
+    dists: dict[str, _DistInfo] = {}
     for dist in _candidate_distributions():
-        raw = dist.metadata["Name"] if dist.metadata is not None else None
-        if not raw:
+        if not dist.name:
             continue
-        name = _normalise(str(raw))
+        name = _normalise(dist.name)
         if name in found or not _is_ort_name(name):
             continue
-        files = {f.as_posix() for f in (dist.files or ())}
-        if _ORT_MARKER not in files:
+        if _ORT_MARKER not in dist.files:
             continue
-        location = str(dist.locate_file(""))
-        found[name] = RuntimeBuild(name, str(dist.version), location)
+        found[name] = RuntimeBuild(name, dist.version, dist.locate())
         dists[name] = dist
     installed = tuple(sorted(found.values(), key=lambda b: b.name))
     spec = importlib.util.find_spec("onnxruntime")

@@ -37,7 +37,6 @@ from .errors import (
     SessionClosedError,
     SignatureMismatchError,
 )
-from .generation.decoder import DecoderModel, open_decoder
 from .package import ModelPackage, TensorSpec, Variant, default_cache_dir
 from .processing.decoders import Classification, decode_classification
 from .profiles import BoardMatch, DeviceProfile, resolve_profile
@@ -47,6 +46,7 @@ from .telemetry.core import ModelTelemetry, Provenance, Sample, model_key, model
 from .validation import InputValidator
 
 if TYPE_CHECKING:  # pragma: no cover - the decoders load when a model of their kind does
+    from .generation.decoder import DecoderModel  # imported by _load_decoder: 50-70 ms a vision model's load does not need
     from .processing.detection import Detections
     from .processing.segmentation import SegmentationMask
 
@@ -944,6 +944,8 @@ def _load_decoder(
         raise ResultCacheError(
             f"result_cache: {pkg.manifest.name} generates text token by token; a result cache applies to single-pass models"
         )
+    from .generation.decoder import open_decoder
+
     sel, detection = _select(pkg, profile, opts)
     sopts = opts.session_options(detection.profile, cache, detection.facts.usable_cpus)
     # A decode step is ~300 small kernels back to back: waking the thread pool for each costs more than
