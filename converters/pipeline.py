@@ -409,12 +409,6 @@ def _convert(
         methods: list[tuple[str, Int8Options]] = [(opts.int8.method, opts.int8)]
         if opts.int8.method == "auto":
             methods = [("static", replace(opts.int8, method="static")), ("dynamic", replace(opts.int8, method="dynamic"))]
-            if det.facts.int8_saturates and not opts.int8.reduce_range:
-                # x86 without VNNI: u8s8 can saturate; the formulations ORT recommends there are measured too
-                methods += [
-                    ("static-reduce-range", replace(opts.int8, method="static", reduce_range=True)),
-                    ("static-u8u8", replace(opts.int8, method="static", weight_type="uint8")),
-                ]
         recommended, why_rec = choose_int8_method(prep)
         cands: list[dict[str, Any]] = []
 

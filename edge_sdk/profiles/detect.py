@@ -73,7 +73,7 @@ class BoardMatch:
             lines.append(
                 f"int8 dot products: {', '.join(dot)}"
                 if dot
-                else "int8 dot products: none (" + ("u8s8 kernels can saturate: the converter also measures reduce_range and U8U8" if f.int8_saturates else "no DotProd") + ")"
+                else "int8 dot products: none (" + ("u8s8 kernels can saturate; ONNX Runtime advises reduce_range or U8U8 here" if f.int8_saturates else "no DotProd") + ")"
             )
         if f.mem_total_mb is None:
             budget = f"{self.memory_budget_mb} MiB (cap; MemTotal unknown)"
