@@ -296,6 +296,15 @@ def _has_ops(path: Path, ops: Sequence[str]) -> bool:
 CANDIDATE_TIMING = {"rounds": 8, "per_round": 5, "budget_s": 8.0}  # int8 candidates: a shorter run than the final measurement
 
 
+def _has_8bit_weights(path: Path) -> bool:
+    """Whether the model stores any weight of 64+ elements in 8 bits (what the package check asks of an int8 variant)."""
+    import onnx
+
+    m = onnx.load(str(path), load_external_data=False)
+    small = (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)
+    return any(t.data_type in small and int(np.prod(t.dims or [1])) >= 64 for t in m.graph.initializer)
+
+
 def _time_candidates(
     cands: list[dict[str, Any]], ins: Sequence[TensorSpec], outs: Sequence[TensorSpec], opts: ConvertOptions, name: str, ref_file: Path,
     work: Path, det: Any, threads: int, samples: Sequence[Mapping[str, np.ndarray]],
@@ -463,6 +472,8 @@ def _convert(
                 kept = tuple(rr.excluded)
             if rr is not None and not kept:  # the best attempt keeps nothing in float: the same model as static, no new candidate
                 static["notes"].append(f"int8 static failed its gate ({static['summary']}); repair found no node whose float form makes it pass (up to {opts.max_keep_float} tried)")
+            elif rr is not None and not _has_8bit_weights(dst):  # every weighted node kept in float: an fp32 model, not an int8 one
+                static["notes"].append(f"int8 static failed its gate ({static['summary']}); repair kept every weighted node in float ({len(kept)}), which is no int8 model")
             elif rr is not None:
                 ok, summary, q = evaluate(dst)
                 cands.append({
