@@ -196,7 +196,8 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         preprocess=_parse_preprocess(args.preprocess) if args.preprocess else None,
         class_names=tuple(ln.strip() for ln in Path(args.class_names).read_text().splitlines() if ln.strip()) if args.class_names else (),
         int8=Int8Options(
-            method=args.int8_method, activation_type=args.activation_type, weight_type=args.weight_type, calibration=args.calibration_method
+            method=args.int8_method, activation_type=args.activation_type, weight_type=args.weight_type, calibration=args.calibration_method,
+            reduce_range={"auto": None, "on": True, "off": False}[args.reduce_range],
         ),
         int4=Int4Options(block_size=args.block_size, accuracy_level=None if args.accuracy_level < 0 else args.accuracy_level),
         gate=parse_gate(args.gate) if args.gate else None,
@@ -426,6 +427,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )  # fmt: skip
     p.add_argument("--activation-type", default="uint8", choices=["uint8", "int8"], help="int8 static: activation type (default uint8)")
     p.add_argument("--weight-type", default="int8", choices=["uint8", "int8"], help="int8: weight type (default int8)")
+    p.add_argument(
+        "--reduce-range", default="auto", choices=["auto", "on", "off"],
+        help="int8: 7-bit weights (auto: on where this CPU's u8s8 kernels can saturate, x86 without VNNI)",
+    )  # fmt: skip
     p.add_argument("--calibration-method", default="minmax", choices=["minmax", "entropy", "percentile"], help="int8 static: how activation ranges are calibrated (default minmax)")
     p.add_argument("--block-size", type=int, default=32, help="int4 weights per scale")
     p.add_argument("--accuracy-level", type=int, default=4, help="int4 MatMulNBits compute type (4: int8 path; -1: none)")

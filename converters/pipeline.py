@@ -529,7 +529,9 @@ def _convert(
         notes: list[str] = []
         try:
             method = quantize_target(target, ref_file, dst, int8=opts.int8, int4=opts.int4, reader_factory=calib.reader, notes=notes)
-            evaluate(dst)
+            ok, summary, _ = evaluate(dst)
+            if target == "int4" and not ok and opts.int4.accuracy_level not in (None, 0):
+                method = _int4_exact_compute(ref_file, dst, work, opts, calib.reader, summary, evaluate, method, notes)
         except QuantizeError as e:
             made.append({"id": vid, "precision": target, "error": str(e)})
             continue
@@ -679,3 +681,24 @@ def _tflite_overrides(files: Mapping[str, Path], made: Sequence[Mapping[str, Any
 
 
 ProgressFn = Callable[[str], None]
+
+
+def _int4_exact_compute(
+    ref_file: Path, dst: Path, work: Path, opts: ConvertOptions, reader: Any, summary: str, evaluate: Any, method: str, notes: list[str]
+) -> str:
+    """int4 whose int8-activation compute (accuracy_level 4) fails the gate: the same weights with fp32
+    compute (accuracy_level 0) are measured too, and kept when they pass. MLAS's int8-activation
+    kernels differ between CPUs (VNNI, AVX2, NEON), so a borderline model can pass on one and fail on
+    another; level 0 dequantizes the weights and multiplies in fp32 (ONNX Runtime's contrib op docs,
+    MatMulNBits ``accuracy_level``)."""
+    level = opts.int4.accuracy_level
+    alt = work / "int4_level0.onnx"
+    alt_notes: list[str] = []
+    alt_method = quantize_target("int4", ref_file, alt, int8=opts.int8, int4=replace(opts.int4, accuracy_level=0), reader_factory=reader, notes=alt_notes)
+    ok0, summary0, _ = evaluate(alt)
+    if not ok0:
+        notes.append(f"int4 accuracy_level {level} fails the gate here ({summary}); accuracy_level 0 (fp32 compute) was measured too and fails as well ({summary0})")
+        return method
+    shutil.move(str(alt), str(dst))
+    notes.append(f"int4 accuracy_level {level} (int8 activations) fails the gate here ({summary}); the same weights with accuracy_level 0 (fp32 compute) pass ({summary0}) and are kept")
+    return alt_method

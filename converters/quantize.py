@@ -16,6 +16,7 @@ MobileNetV2-class CNN on x86 with VNNI.
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 from dataclasses import dataclass
@@ -41,8 +42,10 @@ class Int8Options:
     per_channel: bool = True
     #: 7-bit weights: ONNX Runtime's U8S8 kernels on x86 without VNNI multiply with VPMADDUBSW, whose 16-bit
     #: pair sums can saturate; ORT recommends reduce_range (or U8U8) there
-    #: (https://onnxruntime.ai/docs/performance/model-optimizations/quantization.html, "When and why do I need to try U8U8?")
-    reduce_range: bool = False
+    #: (https://onnxruntime.ai/docs/performance/model-optimizations/quantization.html, "When and why do I need to try U8U8?").
+    #: None (auto): on for int8 weights where this machine's int8 kernels saturate (:func:`host_int8_saturates`), so
+    #: that what the gate measures is what ships; True/False force it
+    reduce_range: bool | None = None
     nodes_to_exclude: tuple[str, ...] = ()
     #: dynamic only: quantize just these op types (``op_types_to_quantize``), e.g. ("MatMul", "Gemm") to keep
     #: convolutions in float (ONNX Runtime's dynamic ConvInteger path can lose a model: PP-OCRv4's recognizer); () = all
@@ -57,6 +60,24 @@ class Int8Options:
         ):
             if value not in allowed:
                 raise QuantizeError(f"int8 {name}: expected one of {list(allowed)}, got {value!r}")
+        if self.reduce_range not in (None, True, False):
+            raise QuantizeError(f"int8 reduce_range: expected None (auto), True or False, got {self.reduce_range!r}")
+
+    def resolved_reduce_range(self) -> tuple[bool, str]:
+        """Whether weights are quantized to 7 bits, and a note when auto turned it on."""
+        if self.reduce_range is not None:
+            return self.reduce_range, ""
+        if self.weight_type == "int8" and host_int8_saturates():
+            return True, " (auto: this CPU's u8s8 kernels can saturate)"
+        return False, ""
+
+
+@functools.lru_cache(maxsize=1)
+def host_int8_saturates() -> bool:
+    """:attr:`edge_sdk.profiles.HardwareFacts.int8_saturates` for the machine the converter runs on."""
+    from edge_sdk.profiles import read_facts
+
+    return read_facts("/").int8_saturates
 
 
 @dataclass(frozen=True)
@@ -176,6 +197,8 @@ def quantize_int8(src: Path, dst: Path, opts: Int8Options, reader_factory: Any =
     if method == "auto":
         method, why = choose_int8_method(src)
     excl = list(opts.nodes_to_exclude)
+    rr, rr_why = opts.resolved_reduce_range()
+    rr_desc = f", reduce_range (7-bit weights){rr_why}" if rr else ""
     if method == "static":
         if reader_factory is None:
             raise QuantizeError("int8 static needs calibration data (--calibration)")
@@ -186,19 +209,19 @@ def quantize_int8(src: Path, dst: Path, opts: Int8Options, reader_factory: Any =
         quantize_static(
             str(src), str(dst), reader_factory(), quant_format=QuantFormat.QDQ, per_channel=opts.per_channel,
             activation_type=_qtype(opts.activation_type), weight_type=_qtype(opts.weight_type), calibrate_method=cm,
-            nodes_to_exclude=excl or None, extra_options=extra, reduce_range=opts.reduce_range,
+            nodes_to_exclude=excl or None, extra_options=extra, reduce_range=rr,
         )  # fmt: skip
         a = "U8" if opts.activation_type == "uint8" else "S8"
         w = "S8" if opts.weight_type == "int8" else "U8"
         desc = f"int8 static QDQ {a}{w} ({opts.activation_type} activations, {opts.weight_type} weights), {opts.calibration} calibration"
         desc += ", per-channel" if opts.per_channel else ", per-tensor"
-        desc += ", reduce_range (7-bit weights)" if opts.reduce_range else ""
+        desc += rr_desc
     else:
         quantize_dynamic(
             str(src), str(dst), weight_type=_qtype(opts.weight_type), per_channel=opts.per_channel, nodes_to_exclude=excl or None,
-            op_types_to_quantize=list(opts.op_types) or None, reduce_range=opts.reduce_range,
+            op_types_to_quantize=list(opts.op_types) or None, reduce_range=rr,
         )  # fmt: skip
-        desc = f"int8 dynamic ({opts.weight_type} weights{', per-channel' if opts.per_channel else ''})"
+        desc = f"int8 dynamic ({opts.weight_type} weights{', per-channel' if opts.per_channel else ''})" + rr_desc
         if opts.op_types:
             desc += f", only {'/'.join(opts.op_types)} quantized (the rest float)"
     if excl:

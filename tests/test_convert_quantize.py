@@ -17,7 +17,7 @@ from conftest import ROOT
 
 import edge_sdk
 from converters.pipeline import ConvertError, ConvertOptions, convert
-from converters.quantize import Int8Options
+from converters.quantize import Int4Options, Int8Options
 from edge_sdk.package import ImagePreprocess, ModelPackage
 
 DEMO = ROOT / "edge_sdk" / "assets" / "shapes-classifier"
@@ -380,3 +380,47 @@ def test_a_float_tflite_model_is_quantized_through_its_onnx_translation(tmp_path
     tv = m.variant("fp32-tflite")
     assert tv.quality is not None and tv.quality.cosine is not None and tv.quality.cosine > 0.9999  # the translation is exact
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cal", "pkg"]  # nothing else written into the cwd
+
+
+def _outlier_matmul(tmp_path: Path) -> tuple[Path, np.ndarray]:
+    """A MatMul whose weights int4 holds exactly (each 32-block's largest magnitude is -8 steps of 0.05)
+    and whose inputs carry a 1000 in every block where the weights are 0: fp32 compute (accuracy_level 0)
+    is exact, int8 activations (level 4) round the rest of each block to about 0."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    k = rng.integers(-7, 8, (64, 16)).astype(np.float32)
+    k[0::32], k[1::32] = 0, -8
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16])],
+        [numpy_helper.from_array(k * np.float32(0.05), "w")],
+    )  # fmt: skip
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    m.ir_version = 10
+    onnx.save(m, str(tmp_path / "mm.onnx"))
+    x = rng.normal(0, 1, (40, 1, 64)).astype(np.float32)
+    x[:, :, 0::32] = 1000.0
+    return tmp_path / "mm.onnx", x
+
+
+def test_int4_falls_back_to_fp32_compute_when_int8_activations_fail(tmp_path: Path) -> None:
+    """int4 at accuracy_level 4 failing its gate is measured again with the same weights at level 0
+    (fp32 compute) and kept when that passes, with a note saying both; a pinned level 0 is made once."""
+    import onnx
+
+    src, x = _outlier_matmul(tmp_path)
+    np.savez(tmp_path / "cal.npz", x=x)
+    base = dict(targets=("int4",), dims={"batch": (1, 8)}, progress=False, gate={"cosine": 0.999})
+    res = convert(src, tmp_path / "cal.npz", tmp_path / "pkg", ConvertOptions(**base))
+    assert res.written == ("fp32-onnx", "int4-onnx"), res.refused
+    row = next(r for r in res.report["variants"] if r["id"] == "int4-onnx")
+    assert "accuracy_level 0" in row["method"] and row["quality"]["cosine"] > 0.9999
+    assert any("accuracy_level 4 (int8 activations) fails the gate here" in n and "are kept" in n for n in row["notes"]), row["notes"]
+    g = onnx.load(str(res.package / "model_int4.onnx")).graph
+    assert sum(nd.op_type == "MatMulNBits" for nd in g.node) == 1
+    assert [a.i for nd in g.node for a in nd.attribute if a.name == "accuracy_level"] in ([], [0])  # 0 is the default
+    pinned = convert(src, tmp_path / "cal.npz", tmp_path / "pinned", ConvertOptions(**base, int4=Int4Options(accuracy_level=0)))
+    prow = next(r for r in pinned.report["variants"] if r["id"] == "int4-onnx")
+    assert pinned.written == ("fp32-onnx", "int4-onnx") and not any("accuracy_level 4" in n for n in prow["notes"])

@@ -103,6 +103,7 @@ class BoardMatch:
         return min(self.profile.runtime.threads, usable) if usable else self.profile.runtime.threads
 
     def threads_text(self) -> str:
+        """Where :attr:`threads` comes from, e.g. "the profile's 4 capped by the affinity mask: 1 usable CPU"."""
         usable = self.facts.usable_cpus
         src = "affinity mask" if self.facts.cpus_allowed is not None else "machine"
         if self.facts.cpu_quota is not None and usable is not None and usable < (self.facts.cpus_allowed or self.facts.cpu_count or usable + 1):
