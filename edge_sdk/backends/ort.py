@@ -21,6 +21,7 @@ import numpy as np
 
 from .._deps import ORT_INSTALL, onnxruntime_builds
 from ..errors import BackendUnavailableError, SessionError
+from ..package.archive import read_digest
 from .base import BackendStatus, ModelSource, Session, SessionInfo, SessionOptions, TensorInfo
 
 NAME = "onnxruntime"
@@ -306,13 +307,15 @@ def _cpu_fingerprint() -> str:
 
 
 def _read_cached(path: Path, side: Path) -> bytes | None:
-    """The cached optimised model if present and intact, else None."""
+    """The cached optimised model if present and intact, else None. Its digest comes from
+    :data:`~edge_sdk.package.archive.DIGESTS` when the file is unchanged since it was last hashed."""
     try:
-        data = path.read_bytes()
         want = side.read_text().strip()
+        with open(path, "rb") as f:
+            data, got = read_digest(f, os.fstat(f.fileno()).st_size)
     except OSError:
         return None
-    if hashlib.sha256(data).hexdigest() != want:
+    if got != want:
         return None
     return data
 

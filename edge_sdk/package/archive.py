@@ -15,6 +15,25 @@ a bomb stops at its header or at the first chunk past it; whatever was written
 is removed on any refusal or error. Nothing is opened without a type check
 (:func:`open_regular`: ``stat`` before, non-blocking open, ``fstat`` after), so a
 FIFO, device or socket is refused, never waited on.
+
+Digests are remembered for the life of the process (:data:`DIGESTS`, a
+:class:`DigestCache`): a file whose identity and change stamps — ``st_dev``,
+``st_ino``, ``st_size``, ``st_mtime_ns`` and ``st_ctime_ns`` of an ``fstat`` of the
+open descriptor (https://man7.org/linux/man-pages/man3/stat.3type.html) — match a
+file hashed earlier is not hashed again, so a load hashes each file at most once
+and a second load of an unchanged package hashes nothing. Any write, truncation,
+rename-over or ``utime`` changes ``st_ctime_ns`` (POSIX ``write()`` "shall mark for update
+the last data modification and last file status change timestamps",
+https://pubs.opengroup.org/onlinepubs/9699919799/functions/write.html; ``utimensat()``
+marks the status change timestamp too), so the entry no longer matches and the file is hashed, and checked, again.
+A digest is only remembered when the file's stamps are older than
+:data:`RACY_WINDOW_NS` at the time hashing began ("racily clean" files, as git
+calls them, https://git-scm.com/docs/racy-git: a write in the same timestamp tick
+as the hash would not change the stamps); stamps are coarse (one kernel tick on
+Linux; two seconds for FAT mtimes). Limits: it trusts the file system's
+timestamps, so a writer that bypasses them (a raw block device, a clock set
+backwards, a network file system whose server clock runs far behind) is not
+seen; :func:`clear_digest_cache` forgets every entry.
 """
 
 from __future__ import annotations
@@ -23,6 +42,9 @@ import hashlib
 import os
 import stat
 import struct
+import threading
+import time
+from collections import OrderedDict
 from pathlib import Path, PurePosixPath
 from typing import IO, BinaryIO, Iterator
 
@@ -117,6 +139,142 @@ def _chunks(f: IO[bytes], n: int) -> Iterator[bytes]:
             return
         n -= len(b)
         yield b
+
+
+#: A digest is remembered only if the file's mtime and ctime are this much older than the moment hashing
+#: began (ns): covers the coarse kernel clock that stamps files (a tick, <= 10 ms) and FAT's 2 s mtime.
+RACY_WINDOW_NS = 2_500_000_000
+#: Most digests :data:`DIGESTS` keeps (least recently used dropped first).
+DIGEST_CACHE_ENTRIES = 256
+
+_StatKey = tuple[int, int, int, int, int]
+
+
+def _stat_key(st: os.stat_result) -> _StatKey:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+class DigestCache:
+    """sha256 digests of files by ``(st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns)``, bounded to
+    ``max_entries`` (LRU) and safe to share between threads (one lock; hashing happens outside it).
+    Counts the hashes its callers report (:meth:`note_hash`) and the hits, for :meth:`stats`."""
+
+    def __init__(self, max_entries: int = DIGEST_CACHE_ENTRIES, racy_window_ns: int = RACY_WINDOW_NS) -> None:
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be >= 1, got {max_entries}")
+        self.max_entries = max_entries
+        self.racy_window_ns = racy_window_ns
+        self._lock = threading.Lock()
+        self._d: OrderedDict[_StatKey, str] = OrderedDict()
+        self._hashes = self._hits = self._bytes = self._racy = 0
+
+    def lookup(self, st: os.stat_result) -> str | None:
+        """The digest remembered for the file ``st`` describes, or None."""
+        k = _stat_key(st)
+        with self._lock:
+            got = self._d.get(k)
+            if got is not None:
+                self._d.move_to_end(k)
+                self._hits += 1
+            return got
+
+    def note_hash(self, nbytes: int) -> None:
+        """Count one hash of ``nbytes`` bytes of a file (for :meth:`stats`)."""
+        with self._lock:
+            self._hashes += 1
+            self._bytes += nbytes
+
+    def remember(self, before: os.stat_result, after: os.stat_result, digest: str, started_ns: int) -> bool:
+        """Keep ``digest`` for the file, if ``before`` and ``after`` (``fstat`` around the hash) agree and
+        its stamps are older than the racy window at ``started_ns`` (``time.time_ns()`` before hashing).
+        Returns whether it was kept."""
+        k = _stat_key(before)
+        if k != _stat_key(after):
+            return False
+        if max(before.st_mtime_ns, before.st_ctime_ns) > started_ns - self.racy_window_ns:
+            with self._lock:
+                self._racy += 1
+            return False
+        with self._lock:
+            self._d[k] = digest
+            self._d.move_to_end(k)
+            while len(self._d) > self.max_entries:
+                self._d.popitem(last=False)
+        return True
+
+    def hash_fd(self, fd: int, f: IO[bytes], size: int) -> tuple[str, int]:
+        """sha256 of the first ``size`` bytes read from ``f`` (open on ``fd``, at offset 0) and the count
+        of bytes left unread (non-zero: the file was shorter), from this cache when the file is unchanged."""
+        before = os.fstat(fd)
+        got = self.lookup(before)
+        if got is not None:
+            return got, size - before.st_size if before.st_size < size else 0
+        started = time.time_ns()
+        h = hashlib.sha256()
+        left = size
+        for b in _chunks(f, size):
+            h.update(b)
+            left -= len(b)
+        got = h.hexdigest()
+        self.note_hash(size - left)
+        if not left:
+            self.remember(before, os.fstat(fd), got, started)
+        return got, left
+
+    def stats(self) -> dict[str, int]:
+        """``hashes`` (file hashes computed), ``bytes_hashed``, ``hits`` (hashes saved), ``not_kept_racy``
+        (digests of files too recently changed to remember), ``entries`` and ``max_entries``."""
+        with self._lock:
+            return {
+                "hashes": self._hashes, "bytes_hashed": self._bytes, "hits": self._hits, "not_kept_racy": self._racy,
+                "entries": len(self._d), "max_entries": self.max_entries,
+            }  # fmt: skip
+
+    def clear(self) -> None:
+        """Forget every digest and reset the counters."""
+        with self._lock:
+            self._d.clear()
+            self._hashes = self._hits = self._bytes = self._racy = 0
+
+    def _after_fork(self) -> None:
+        # A child forked while another thread held the lock would wait on it forever
+        # (https://docs.python.org/3/library/os.html#os.register_at_fork).
+        self._lock = threading.Lock()
+
+
+#: The process's digest cache, used by :func:`verify_file` and :class:`~edge_sdk.package.ModelPackage`.
+DIGESTS = DigestCache()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=DIGESTS._after_fork)
+
+
+def read_digest(f: IO[bytes], size: int) -> tuple[bytes, str]:
+    """At most ``size + 1`` bytes read from ``f`` (at offset 0) and their sha256: from
+    :data:`DIGESTS` when ``fstat`` before and after the read name the same
+    unchanged file it hashed before, else computed from the bytes read (and remembered)."""
+    before = os.fstat(f.fileno())
+    started = time.time_ns()
+    data = f.read(size + 1)
+    after = os.fstat(f.fileno())
+    if len(data) == before.st_size:
+        got = DIGESTS.lookup(after) if _stat_key(before) == _stat_key(after) else None
+        if got is not None:
+            return data, got
+    got = hashlib.sha256(data).hexdigest()
+    DIGESTS.note_hash(len(data))
+    if len(data) == before.st_size:
+        DIGESTS.remember(before, after, got, started)
+    return data, got
+
+
+def digest_cache_stats() -> dict[str, int]:
+    """:meth:`DigestCache.stats` of :data:`DIGESTS`."""
+    return DIGESTS.stats()
+
+
+def clear_digest_cache() -> None:
+    """Forget every remembered digest (the next verification hashes every file again)."""
+    DIGESTS.clear()
 
 
 def _read_at_most(f: IO[bytes], n: int) -> bytes:
@@ -577,7 +735,8 @@ def verify_file(root: Path, ref: FileRef | Variant, what: str) -> Path:
     """The real path of ``ref.file`` under ``root`` (see :func:`contained`), once the file is there with
     ``ref.size`` bytes and sha256 ``ref.sha256``; :class:`~edge_sdk.errors.IntegrityError` (naming ``what``) if not,
     :class:`~edge_sdk.errors.UnsafePackageError` if it is not a regular file. Size and digest are read from
-    one open descriptor, and never more than ``ref.size`` bytes are hashed."""
+    one open descriptor, and never more than ``ref.size`` bytes are hashed; an unchanged file's digest comes
+    from :data:`DIGESTS`."""
     path = contained(root, ref.file, what)
     if not os.path.lexists(path):
         raise IntegrityError(f"{what}: file {ref.file!r} is missing from the package")
@@ -586,12 +745,7 @@ def verify_file(root: Path, ref: FileRef | Variant, what: str) -> Path:
         size = os.fstat(f.fileno()).st_size
         if size != ref.size:
             raise IntegrityError(f"{what}: {ref.file} is {size} bytes, manifest says {ref.size}")
-        h = hashlib.sha256()
-        left = size
-        for b in _chunks(f, size):
-            h.update(b)
-            left -= len(b)
-        got = h.hexdigest()
+        got, left = DIGESTS.hash_fd(f.fileno(), f, size)  # not hashed again while the file is unchanged
     if left or got != ref.sha256:
         raise IntegrityError(f"{what}: {ref.file} sha256 is {got}, manifest says {ref.sha256}")
     return path

@@ -5,7 +5,11 @@ manifest, checks that every path stays inside the package, refuses pickles,
 and verifies the sha256 and size of every file a runtime could read — before
 any runtime is involved.  :meth:`ModelPackage.read_verified` reads a variant's
 bytes once and checks them again, so the bytes handed to a runtime are the
-bytes that were verified (no time-of-check/time-of-use gap).
+bytes that were verified (no time-of-check/time-of-use gap). Each check takes
+the digest of a file left unchanged since it was last hashed in this process
+from :data:`~edge_sdk.package.archive.DIGESTS` (keyed by the ``fstat`` of the
+open file: device, inode, size, mtime and ctime), so a load hashes each file
+at most once and loading an unchanged package again hashes nothing.
 
 Example::
 
@@ -18,12 +22,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from .. import _toml
 from ..errors import IntegrityError, ManifestError, ModelFormatError, SignatureMismatchError, UnsafePackageError
-from .archive import contained, open_regular, package_folder, read_regular, refuse_unsafe_files, verify_file
+from .archive import DIGESTS, contained, open_regular, package_folder, read_digest, read_regular, refuse_unsafe_files, verify_file
 from .manifest import MANIFEST_NAME, FileRef, Manifest, Variant, check_relpath
 from .modelfile import Buffer, inspect_tflite, precision_mismatch, scan_onnx, sniff_format
 
@@ -157,8 +162,12 @@ class ModelPackage:
         path = contained(self.root, ref.file, what)
         if not os.path.lexists(path):
             raise IntegrityError(f"{what}: file {ref.file!r} is missing from the package")
-        data = read_regular(path, what, ref.size)  # at most size + 1 bytes: a larger file is refused, not read whole
-        got = hashlib.sha256(data).hexdigest()
+        fd = open_regular(path, what)
+        try:
+            with os.fdopen(fd, "rb") as f:
+                data, got = read_digest(f, ref.size)  # at most size + 1 bytes: a larger file is refused, not read whole
+        except OSError as e:
+            raise IntegrityError(f"{what}: cannot read {ref.file}: {e}") from e
         if len(data) != ref.size or got != ref.sha256:
             raise IntegrityError(f"{what}: {ref.file} is {len(data)} bytes with sha256 {got}, manifest says {ref.size} bytes, {ref.sha256}")
         return data
@@ -226,12 +235,11 @@ class ModelPackage:
                 size = os.fstat(f.fileno()).st_size
                 if size != v.size:  # checked before reading: never more than the declared size is read
                     raise IntegrityError(f"variant {v.id}: {v.file} is {size} bytes, manifest says {v.size}")
-                data = f.read(v.size + 1)
+                data, got = read_digest(f, v.size)
         except OSError as e:
             raise IntegrityError(f"variant {v.id}: cannot read {v.file}: {e}") from e
         if len(data) != v.size:
             raise IntegrityError(f"variant {v.id}: {v.file} is {len(data)} bytes, manifest says {v.size}")
-        got = hashlib.sha256(data).hexdigest()
         if got != v.sha256:
             raise IntegrityError(f"variant {v.id}: {v.file} sha256 is {got}, manifest says {v.sha256}")
         for ext in v.external_data:
@@ -262,11 +270,17 @@ class ModelPackage:
         path = contained(self.root, v.file, f"variant {v.id}")
         fd = open_regular(path, f"variant {v.id}")  # type-checked, non-blocking: a FIFO is refused, never waited on
         try:
-            size = os.fstat(fd).st_size
+            before = os.fstat(fd)
+            size = before.st_size
             if size != v.size:
                 raise IntegrityError(f"variant {v.id}: {v.file} is {size} bytes, manifest says {v.size}")
             with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mm:
-                got = hashlib.sha256(mm).hexdigest()
+                got = DIGESTS.lookup(before)  # this unchanged file hashed before in this process
+                if got is None:
+                    started = time.time_ns()
+                    got = hashlib.sha256(mm).hexdigest()
+                    DIGESTS.note_hash(size)
+                    DIGESTS.remember(before, os.fstat(fd), got, started)
                 if got != v.sha256:
                     raise IntegrityError(f"variant {v.id}: {v.file} sha256 is {got}, manifest says {v.sha256}")
                 failure: BaseException | None = None
