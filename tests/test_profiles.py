@@ -697,3 +697,28 @@ def test_profiles_dir_prefers_packaged_copy(tmp_path: Path, monkeypatch: pytest.
 def test_checkout_profiles_dir() -> None:
     assert profiles_dir() == Path(profiles.__file__).resolve().parents[2] / "device_profiles"  # edge_sdk/profiles/__init__.py
     assert os.path.isdir(profiles_dir())
+
+
+def test_a_parsed_profile_is_remembered_until_its_file_changes(tmp_path: Path) -> None:
+    """A warm process does not parse an unchanged profile file again (one frozen object is shared);
+    a rewrite, even one that puts the old mtime back, changes st_ctime_ns and is parsed again; a file
+    changed within the racy window is not remembered."""
+    src = (profile_module.profiles_dir() / "raspberry-pi-5.toml").read_text()
+    p = tmp_path / "raspberry-pi-5.toml"
+    p.write_text(src)
+    old = p.stat().st_mtime_ns - 10_000_000_000
+    os.utime(p, ns=(old, old))  # mtime 10 s back; ctime is now: still racy
+    assert load_profile(p) is not load_profile(p)
+    os.utime(p, ns=(old, old))
+    profile_module._PARSED.clear()
+    window = profile_module._RACY_NS
+    profile_module._RACY_NS = 0  # stand-in for waiting 2.5 s
+    try:
+        a = load_profile(p)
+        assert load_profile(p) is a
+        p.write_text(src.replace('display_name = "', 'display_name = "Rewritten ', 1))
+        os.utime(p, ns=(old, old))  # the same mtime as before; the size and ctime differ
+        b = load_profile(p)
+        assert b is not a and b.display_name.startswith("Rewritten ") and not a.display_name.startswith("Rewritten ")
+    finally:
+        profile_module._RACY_NS = window
