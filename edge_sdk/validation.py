@@ -9,7 +9,8 @@ attribute lookups and comparisons per input.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -125,7 +126,10 @@ class InputValidator:
     def __call__(self, x: Any, *, skip: frozenset[str] = frozenset(), finite: bool = True) -> dict[str, np.ndarray]:
         """``finite=False`` skips the NaN/Inf scan, for tensors the SDK made itself
         from uint8 pixels and finite constants (it costs a full pass over the input)."""
-        if isinstance(x, Mapping):
+        single = self._single
+        if single is not None and type(x) is np.ndarray:  # the common call, before the (slower) Mapping ABC check
+            return {single.name: single.check(x, finite)}
+        if type(x) is dict or isinstance(x, Mapping):
             extra = [k for k in x if k not in self._ones]
             if extra:
                 raise UnexpectedInputError(f"unexpected input(s) {extra}; the model takes {list(self.names)}")
@@ -137,7 +141,6 @@ class InputValidator:
                     raise MissingInputError(f"missing input {name!r}; the model takes {list(self.names)}")
                 feeds[name] = one.check(x[name], finite)
             return feeds
-        single = self._single
         if single is None:
             wanted = [n for n in self.names if n not in skip]
             if len(wanted) == 1:

@@ -935,3 +935,30 @@ def test_concurrent_predict_matches_single_threaded(tmp_path, make):
         # checked after all threads finished: no result was overwritten by a later call
         for (t, i), y in results.items():
             assert np.array_equal(y, expected[(t * 3 + i) % len(xs)]), (t, i)
+
+
+def test_a_cpu_session_runs_through_the_binding_with_the_same_results_and_errors() -> None:
+    """A CPU-only ORT session calls the compiled binding's run directly (no per-call Python checks
+    in InferenceSession.run): the outputs equal the public API's, a feed of the wrong type or a
+    missing input is still a SessionError from the binding, and a closed session refuses to run."""
+    import onnxruntime as ort
+
+    from edge_sdk.backends.base import ModelSource, SessionOptions
+    from edge_sdk.backends.ort import open_session
+    from edge_sdk.errors import SessionError
+
+    data = fc_onnx()
+    sess = open_session(ModelSource(data, Path("fc.onnx"), hashlib.sha256(data).hexdigest()), SessionOptions(threads=1))
+    assert sess._crun is not None  # type: ignore[attr-defined]
+    name = sess.inputs[0].name
+    x = np.random.default_rng(0).normal(0, 1, [d or 1 for d in sess.inputs[0].shape]).astype(np.float32)
+    ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {name: x})
+    got = sess.run({name: x})
+    assert list(got) == [o.name for o in sess.outputs] and all(np.array_equal(a, b) for a, b in zip(got.values(), ref))
+    with pytest.raises(SessionError, match="onnxruntime run failed"):
+        sess.run({name: x.astype(np.float64)})
+    with pytest.raises(SessionError, match="onnxruntime run failed"):
+        sess.run({})
+    sess.close()
+    with pytest.raises(SessionClosedError):
+        sess.run({name: x})
