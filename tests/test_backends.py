@@ -962,3 +962,31 @@ def test_a_cpu_session_runs_through_the_binding_with_the_same_results_and_errors
     sess.close()
     with pytest.raises(SessionClosedError):
         sess.run({name: x})
+
+
+def test_a_deferred_model_source_is_read_only_when_onnx_runtime_needs_the_bytes(tmp_path: Path) -> None:
+    """ModelSource(read=...) defers reading the model: ONNX Runtime reads it to build (and cache) the
+    optimised model, and not at all when it loads that cached model; a source needs data or read."""
+    from edge_sdk.backends.base import ModelSource, SessionOptions
+    from edge_sdk.backends.ort import open_session
+
+    data = fc_onnx()
+    reads: list[int] = []
+
+    def read() -> bytes:
+        reads.append(1)
+        return data
+
+    sha = hashlib.sha256(data).hexdigest()
+    opts = SessionOptions(threads=1, cache_dir=tmp_path / "cache")
+    x = {"x": np.ones((1, 32), np.float32)}
+    first = ModelSource(None, tmp_path / "fc.onnx", sha, read=read)
+    with open_session(first, opts) as s1:
+        assert s1.info.optimized_cache.startswith("written") and first.bytes_read and len(reads) == 1
+        y1 = s1.run(x)["y"]
+    second = ModelSource(None, tmp_path / "fc.onnx", sha, read=read)
+    with open_session(second, opts) as s2:
+        assert s2.info.optimized_cache.startswith("hit") and not second.bytes_read and len(reads) == 1
+        assert np.array_equal(s2.run(x)["y"], y1)
+    with pytest.raises(TypeError, match="either data or read"):
+        ModelSource(data, tmp_path / "fc.onnx", sha, read=read)

@@ -59,8 +59,9 @@ def _ref(root: Path, rel: str) -> FileRef:
 
 
 def test_a_load_hashes_the_model_once_and_a_second_load_not_at_all(aged: dict[str, Path]) -> None:
-    """A load hashes the model once (open() verifies it, read_verified of the same bytes is a hit) and
-    ONNX Runtime's cached optimised model once; a second load of the unchanged package hashes nothing."""
+    """A load hashes the model once (open() verifies it; the bytes are read again, a digest-cache hit, only
+    if the sandbox has not seen this digest pass) and ONNX Runtime's cached optimised model once; a second
+    load of the unchanged package hashes nothing: every check is a hit."""
     root, cache = aged["twice"], aged["ort_cache"]
     size = (root / "m.onnx").stat().st_size
     (opt,) = (cache / "ort-optimized").glob("*.onnx")
@@ -69,12 +70,12 @@ def test_a_load_hashes_the_model_once_and_a_second_load_not_at_all(aged: dict[st
         assert m.variant.id == "fp32" and m.session.info.optimized_cache.startswith("hit ")
     s = digest_cache_stats()
     assert (s["hashes"], s["bytes_hashed"]) == (2, size + opt.stat().st_size)
-    assert s["hits"] == 1 and s["entries"] == 2
+    assert s["hits"] <= 1 and s["entries"] == 2
     with edge_sdk.load(root, cache_dir=cache) as m:
         r = m.predict({"x": np.ones((1, 8), "float32")})
         assert r.model_sha256 == m.variant.sha256 and m.session.info.optimized_cache.startswith("hit ")
     s2 = digest_cache_stats()
-    assert s2["hashes"] == 2 and s2["hits"] == 4  # no new hash: the model's two checks and the optimised model were hits
+    assert s2["hashes"] == 2 and s2["hits"] - s["hits"] >= 2  # no new hash: the model's check and the optimised model were hits
 
 
 @pytest.mark.parametrize("put_mtime_back", [False, True], ids=["mtime-bumped", "mtime-restored"])

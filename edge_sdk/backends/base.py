@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -111,14 +111,38 @@ class BackendStatus:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
-@dataclass(frozen=True)
 class ModelSource:
-    """Verified model bytes plus the on-disk path (for external data)."""
+    """Verified model bytes plus the on-disk path (for external data).
 
-    data: bytes
-    path: Path
-    sha256: str
-    has_external_data: bool = False
+    ``read`` (instead of ``data``): a function that reads and verifies the bytes, called the first
+    time :attr:`data` is asked for, so a backend that needs no bytes (ONNX Runtime loading its
+    cached optimised model, which it verifies against its own digest) never reads the original."""
+
+    __slots__ = ("_data", "_read", "path", "sha256", "has_external_data")
+
+    def __init__(
+        self, data: bytes | None, path: Path, sha256: str, has_external_data: bool = False, *, read: Callable[[], bytes] | None = None
+    ) -> None:
+        if (data is None) == (read is None):
+            raise TypeError("ModelSource: pass either data or read")
+        self._data, self._read = data, read
+        self.path, self.sha256, self.has_external_data = path, sha256, has_external_data
+
+    @property
+    def data(self) -> bytes:
+        """The verified bytes (read now if they were deferred)."""
+        if self._data is None:
+            assert self._read is not None
+            self._data = self._read()
+        return self._data
+
+    @property
+    def bytes_read(self) -> bool:
+        """Whether the bytes are in memory (given, or read on demand)."""
+        return self._data is not None
+
+    def __repr__(self) -> str:
+        return f"ModelSource(path={str(self.path)!r}, sha256={self.sha256[:12]!r}, bytes_read={self.bytes_read})"
 
 
 class Session(ABC):

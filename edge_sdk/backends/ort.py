@@ -196,7 +196,7 @@ class OrtSession(Session):
         level = options.graph_optimization
         cache_file: Path | None = None
         use_cache = options.cache_dir is not None and not model.has_external_data and not (set(providers) & _COMPILING_EPS) and level != "disable"
-        source: bytes | str = model.data
+        source: bytes | str
         if model.has_external_data:
             # ORT resolves external data relative to the model file: load by path
             # (the package has verified every external file's digest).
@@ -216,9 +216,12 @@ class OrtSession(Session):
                 level = "disable"  # already optimised at `options.graph_optimization`
                 cached_state = f"hit {cache_file}"
             else:
+                source = model.data
                 cdir.mkdir(parents=True, exist_ok=True)
                 so.optimized_model_filepath = _temp_path(cdir, key)
                 cached_state = f"written {cache_file}"
+        elif not model.has_external_data:
+            source = model.data
         so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[level])
 
         prov_arg = provider_args(providers, options)

@@ -27,7 +27,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import OptionsError, SessionError
 
@@ -86,11 +86,18 @@ def memory_limit_for(model_bytes: int) -> int:
 
 
 def check_verified_once(
-    backend: str, digest: str, data: bytes, path: str | os.PathLike[str], *, external_bytes: int | None = None, marks: Path | None = None
+    backend: str,
+    digest: str,
+    data: bytes | Callable[[], bytes],
+    path: str | os.PathLike[str],
+    *,
+    external_bytes: int | None = None,
+    marks: Path | None = None,
 ) -> bool:
     """:func:`check_verified`, remembered: a model (by its verified sha256) that passed once with
     this runtime version is not parsed again in a child. The marks live under ``marks`` (default:
     ``<edge_sdk cache>/sandbox-ok``), one empty file per (backend, runtime version, digest).
+    ``data`` may be a function giving the bytes: it is called only when the child runs.
     Returns True when the child ran, False when an earlier pass was remembered."""
     if backend not in BACKENDS:
         return False
@@ -102,7 +109,7 @@ def check_verified_once(
     mark = (marks or default_cache_dir() / "sandbox-ok") / f"{safe}-{digest}"
     if mark.exists():
         return False
-    check_verified(backend, data, path, external_bytes=external_bytes)
+    check_verified(backend, data() if callable(data) else data, path, external_bytes=external_bytes)
     try:
         mark.parent.mkdir(parents=True, exist_ok=True)
         tmp = mark.with_name(mark.name + f".{os.getpid()}.tmp")

@@ -458,6 +458,9 @@ def _load_file(path: Path) -> DeviceProfile:
     return prof
 
 
+_RESOLVED: dict[str, Path] = {}  # this module's path, resolved once (resolve() costs several syscalls)
+
+
 def profiles_dir() -> Path:
     """Directory of the bundled profiles.
 
@@ -467,10 +470,13 @@ def profiles_dir() -> Path:
     The returned directory may not exist if the installation is broken;
     :func:`list_profiles` reports that.
     """
-    packaged = Path(__file__).resolve().parents[1] / "_profiles"
+    here = _RESOLVED.get(__file__)
+    if here is None:
+        here = _RESOLVED[__file__] = Path(__file__).resolve()
+    packaged = here.parents[1] / "_profiles"
     if packaged.is_dir():
         return packaged
-    return Path(__file__).resolve().parents[2] / "device_profiles"
+    return here.parents[2] / "device_profiles"
 
 
 def list_profiles() -> list[str]:
