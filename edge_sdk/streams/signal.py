@@ -66,7 +66,7 @@ from ..errors import (
     OptionsError,
     SessionClosedError,
 )
-from ..validation import InputValidator
+from ..validation import InputValidator, _probably_finite
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..model import Model, Result
@@ -329,7 +329,6 @@ class _Framer:
         self._emit = emit
         self._dtype = np.dtype(opts.dtype)
         self._is_float = self._dtype.kind == "f"
-        self._acc = np.float32 if self._dtype == np.float16 else None
         self._sr = float(opts.sample_rate_hz)
         self._ms_per_sample = 1000.0 / self._sr
         self._window = opts.window
@@ -393,12 +392,9 @@ class _Framer:
             x = samples
         else:
             raise SignalShapeError(f"stream {self.stream_id!r}: expected samples of shape {want}, got rank {samples.ndim} shape {samples.shape}")
-        if self._is_float and x.size:
-            with np.errstate(over="ignore", invalid="ignore"):
-                ok = math.isfinite(np.add.reduce(x, axis=None, dtype=self._acc))
-            if not ok and not np.isfinite(x).all():
-                bad = int(np.count_nonzero(~np.isfinite(x)))
-                raise NonFiniteSignalError(f"stream {self.stream_id!r}: expected finite samples, got {bad} NaN/Inf of {x.size}; the push was refused")
+        if self._is_float and x.size and not _probably_finite(x) and not np.isfinite(x).all():
+            bad = int(np.count_nonzero(~np.isfinite(x)))
+            raise NonFiniteSignalError(f"stream {self.stream_id!r}: expected finite samples, got {bad} NaN/Inf of {x.size}; the push was refused")
         return x
 
     @staticmethod
@@ -747,10 +743,11 @@ class SignalStream:
         if not plan.frames:
             return []
         b = self._b
+        # windows of samples checked at the push (finite), constants checked when bound: not scanned again
         if self._state is not None:
-            results = [self._state.predict(b.feed(f.data)) for f in plan.frames]
+            results = [self._state._predict_made(b.feed(f.data)) for f in plan.frames]
         else:
-            results = [b.model.predict(b.feed(f.data)) for f in plan.frames]
+            results = [b.model._predict_made(b.feed(f.data)) for f in plan.frames]
         return _results(plan.frames, results, self.stream_id, self.options.window_ms)
 
     def reset(self) -> None:
@@ -1127,7 +1124,7 @@ class StreamRouter:
                 states.append(st.arrays)
             for name, _, ax in pairs:
                 feeds[name] = np.concatenate([a[name] for a in states], axis=ax)
-        r = b.model.predict(feeds)
+        r = b.model._predict_made(feeds)  # windows checked at their push, constants when bound, states the model made
         outs = r.outputs
         state_out = {o: (i, ax) for i, o, ax in pairs if ax is not None}  # all of them: check_batching
         split = []  # (output name, its n rows as views of one array, state input it feeds or None)
