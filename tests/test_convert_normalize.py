@@ -203,11 +203,13 @@ def test_pretrained_ppocr_v4_recognizer_int4_sequence_gate(tmp_path: Path) -> No
     """PP-OCRv4's recognizer as RapidOCR ships it (paddle2onnx: 420 Constant-fed weights, a '?' height,
     dynamic width): int4 reaches its attention and FFN projections, the sequence gate is the one used and
     reported, the dims come from the rendered calibration lines, and the caller's cwd stays empty although
-    ONNX Runtime's symbolic shape inference gives up on this graph."""
+    ONNX Runtime's symbolic shape inference gives up on this graph. 64 rendered lines (16 held out):
+    with 4 held-out lines one misread character (OpenCV 5.1 renders them slightly differently from 5.0)
+    decided the gate alone."""
     from tools.fixtures.fetch_pretrained import fetch
 
     model = fetch("ppocr-v4-text-recognition")
-    lines = render_lines(16, seed=3)
+    lines = render_lines(64, seed=3)
     np.savez(tmp_path / "cal.npz", *lines)
     widths = [x.shape[-1] for x in lines]
     cwd = tmp_path / "cwd"
@@ -215,12 +217,12 @@ def test_pretrained_ppocr_v4_recognizer_int4_sequence_gate(tmp_path: Path) -> No
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     p = subprocess.run(
         [sys.executable, "-m", "converters.cli", "quantize", str(model), "--calibration", str(tmp_path / "cal.npz"), "--to", "int4",
-         "--task", "sequence", "--out", str(tmp_path / "pkg"), "--quiet", "--limit", "16"],
+         "--task", "sequence", "--out", str(tmp_path / "pkg"), "--quiet", "--limit", "64"],
         capture_output=True, text=True, cwd=cwd, env=env, timeout=300,
     )  # fmt: skip
     assert p.returncode == 0, p.stdout + p.stderr
     assert list(cwd.iterdir()) == []
-    assert f"note: assumed dim p2o.DynamicDimension.1 = {min(widths)}:{max(widths)} from 16 calibration samples" in p.stdout, p.stdout
+    assert f"note: assumed dim p2o.DynamicDimension.1 = {min(widths)}:{max(widths)} from 64 calibration samples" in p.stdout, p.stdout
     assert "note: assumed dim x_dim2 = 48:48" in p.stdout
     report = json.loads((tmp_path / "pkg" / "report.json").read_text())
     assert report["gate"] == {"sequence_exact_match": 0.9, "edit_distance": 0.02}

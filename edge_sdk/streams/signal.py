@@ -497,14 +497,14 @@ class _Framer:
             off = 0
             while self._fill - off >= window:
                 start = base + off
-                data = np.ascontiguousarray(self._layout(buf[off : off + window].copy()))
+                data = self._layout(buf[off : off + window]).copy()  # a copy in C order: contiguous, owned
                 frames.append(
                     _Frame(
                         self._index,
                         start,
                         anchor_ts + (start - self._anchor_idx) * self._ms_per_sample,
                         self.epoch,
-                        self._filled_in(start, start + window),
+                        self._filled_in(start, start + window) if self._filled else 0,
                         data,
                     )
                 )
