@@ -712,35 +712,29 @@ class Stream:
         """Like :meth:`Model.predict` with the state inputs fed from the previous call; passing a state input raises
         :class:`~edge_sdk.errors.InputError`. The result's paired outputs become the next call's state."""
         m = self._model
-        with self._lock:
-            t0 = time.perf_counter_ns()
-            try:
-                if isinstance(inputs, Mapping):
-                    given = [k for k in inputs if k in m._state_inputs]
-                    if given:
-                        rest = [n for n in m._validate.names if n not in m._state_inputs]
-                        raise InputError(f"state input(s) {given} are fed by the stream; pass only {rest}")
-                feeds = m._validate(inputs, skip=m._state_inputs, finite=m._finite)
-                feeds.update(self._state)
-                t1 = time.perf_counter_ns()
-                r = m._finish(feeds, t0, t1, top_k, None)
-            except Exception as e:
+        if isinstance(inputs, Mapping):
+            given = [k for k in inputs if k in m._state_inputs]
+            if given:
+                rest = [n for n in m._validate.names if n not in m._state_inputs]
+                e = InputError(f"state input(s) {given} are fed by the stream; pass only {rest}")
                 m._failed(e, "stream")
-                raise
-            self._state = {p.input: np.ascontiguousarray(r.outputs[p.output]) for p in self._pairs}
-            return r
+                raise e
+        return self._call(inputs, m._finite, top_k)
 
     def _predict_made(self, feeds: dict[str, np.ndarray]) -> Result:
         """:meth:`predict` on non-state feeds the SDK assembled from checked inputs (see
         :meth:`Model._predict_made`): no state input among them, no repeated finiteness scan."""
+        return self._call(feeds, False, None)
+
+    def _call(self, inputs: np.ndarray | Mapping[str, np.ndarray], finite: bool, top_k: int | None) -> Result:
         m = self._model
         with self._lock:
             t0 = time.perf_counter_ns()
             try:
-                checked = m._validate(feeds, skip=m._state_inputs, finite=False)
-                checked.update(self._state)
+                feeds = m._validate(inputs, skip=m._state_inputs, finite=finite)
+                feeds.update(self._state)
                 t1 = time.perf_counter_ns()
-                r = m._finish(checked, t0, t1, None, None)
+                r = m._finish(feeds, t0, t1, top_k, None)
             except Exception as e:
                 m._failed(e, "stream")
                 raise
