@@ -33,7 +33,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from edge_sdk.package import Benchmark, Gate, ImagePreprocess, ModelPackage, Quality, TensorSpec
-from edge_sdk.package.modelfile import sniff_format
+from edge_sdk.package.modelfile import precision_mismatch, scan_onnx, sniff_format
 
 from .calibration_quality import diagram_name
 from .errors import ConverterError
@@ -297,12 +297,9 @@ CANDIDATE_TIMING = {"rounds": 8, "per_round": 5, "budget_s": 8.0}  # int8 candid
 
 
 def _has_8bit_weights(path: Path) -> bool:
-    """Whether the model stores any weight of 64+ elements in 8 bits (what the package check asks of an int8 variant)."""
-    import onnx
-
-    m = onnx.load(str(path), load_external_data=False)
-    small = (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)
-    return any(t.data_type in small and int(np.prod(t.dims or [1])) >= 64 for t in m.graph.initializer)
+    """Whether the package check would accept the model as int8 (:func:`edge_sdk.package.modelfile.precision_mismatch`)."""
+    info = scan_onnx(path.read_bytes())
+    return precision_mismatch("int8", info.weights, "onnx", info.op_types) is None
 
 
 def _time_candidates(

@@ -432,7 +432,7 @@ class Model:
             self._failed(e, "predict")
             raise
 
-    def _predict_made(self, feeds: dict[str, np.ndarray], call: str = "stream") -> Result:
+    def _predict_made(self, feeds: dict[str, np.ndarray]) -> Result:
         """:meth:`predict` on feeds the SDK assembled from inputs it already checked (a stream's windows of
         pushed samples, which were refused on NaN/Inf at the push; constants checked when bound; states the
         model itself produced): dtype, shape and names are validated, the finiteness scan is not repeated."""
@@ -442,7 +442,7 @@ class Model:
             t1 = time.perf_counter_ns()
             return self._finish(checked, t0, t1, None, None)
         except Exception as e:
-            self._failed(e, call)
+            self._failed(e, "stream")
             raise
 
     def _failed(self, exc: BaseException, call: str) -> None:

@@ -46,8 +46,9 @@ import threading
 import time
 from collections import OrderedDict
 from pathlib import Path, PurePosixPath
-from typing import IO, BinaryIO, Iterator
+from typing import IO, BinaryIO, Callable, Iterator
 
+from .._filestamp import RACY_WINDOW_NS, Stamp, settled, stamp
 from ..errors import IntegrityError, ManifestError, ModelFormatError, ModelPackageError, UnsafePackageError
 from .manifest import MANIFEST_NAME, FileRef, Variant, check_relpath
 from .modelfile import PICKLE_SCAN_BYTES, looks_pickled
@@ -141,17 +142,8 @@ def _chunks(f: IO[bytes], n: int) -> Iterator[bytes]:
         yield b
 
 
-#: A digest is remembered only if the file's mtime and ctime are this much older than the moment hashing
-#: began (ns): covers the coarse kernel clock that stamps files (a tick, <= 10 ms) and FAT's 2 s mtime.
-RACY_WINDOW_NS = 2_500_000_000
 #: Most digests :data:`DIGESTS` keeps (least recently used dropped first).
 DIGEST_CACHE_ENTRIES = 256
-
-_StatKey = tuple[int, int, int, int, int]
-
-
-def _stat_key(st: os.stat_result) -> _StatKey:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 class DigestCache:
@@ -165,12 +157,12 @@ class DigestCache:
         self.max_entries = max_entries
         self.racy_window_ns = racy_window_ns
         self._lock = threading.Lock()
-        self._d: OrderedDict[_StatKey, str] = OrderedDict()
+        self._d: OrderedDict[Stamp, str] = OrderedDict()
         self._hashes = self._hits = self._bytes = self._racy = 0
 
     def lookup(self, st: os.stat_result) -> str | None:
         """The digest remembered for the file ``st`` describes, or None."""
-        k = _stat_key(st)
+        k = stamp(st)
         with self._lock:
             got = self._d.get(k)
             if got is not None:
@@ -188,10 +180,10 @@ class DigestCache:
         """Keep ``digest`` for the file, if ``before`` and ``after`` (``fstat`` around the hash) agree and
         its stamps are older than the racy window at ``started_ns`` (``time.time_ns()`` before hashing).
         Returns whether it was kept."""
-        k = _stat_key(before)
-        if k != _stat_key(after):
+        k = stamp(before)
+        if k != stamp(after):
             return False
-        if max(before.st_mtime_ns, before.st_ctime_ns) > started_ns - self.racy_window_ns:
+        if not settled(before, started_ns, self.racy_window_ns):
             with self._lock:
                 self._racy += 1
             return False
@@ -202,24 +194,35 @@ class DigestCache:
                 self._d.popitem(last=False)
         return True
 
+    def digest(self, fd: int, before: os.stat_result, size: int, compute: Callable[[], tuple[str, int]]) -> tuple[str, int | None]:
+        """The digest of the file open on ``fd`` (``before``: its ``fstat``), from this cache when the file is
+        unchanged, else ``compute()`` -> (sha256 hex, bytes hashed), remembered when all ``size`` bytes were
+        hashed. Returns (digest, bytes hashed), the count None on a hit."""
+        got = self.lookup(before)
+        if got is not None:
+            return got, None
+        started = time.time_ns()
+        got, n = compute()
+        self.note_hash(n)
+        if n == size:
+            self.remember(before, os.fstat(fd), got, started)
+        return got, n
+
     def hash_fd(self, fd: int, f: IO[bytes], size: int) -> tuple[str, int]:
         """sha256 of the first ``size`` bytes read from ``f`` (open on ``fd``, at offset 0) and the count
         of bytes left unread (non-zero: the file was shorter), from this cache when the file is unchanged."""
+
+        def compute() -> tuple[str, int]:
+            h = hashlib.sha256()
+            n = 0
+            for b in _chunks(f, size):
+                h.update(b)
+                n += len(b)
+            return h.hexdigest(), n
+
         before = os.fstat(fd)
-        got = self.lookup(before)
-        if got is not None:
-            return got, size - before.st_size if before.st_size < size else 0
-        started = time.time_ns()
-        h = hashlib.sha256()
-        left = size
-        for b in _chunks(f, size):
-            h.update(b)
-            left -= len(b)
-        got = h.hexdigest()
-        self.note_hash(size - left)
-        if not left:
-            self.remember(before, os.fstat(fd), got, started)
-        return got, left
+        got, n = self.digest(fd, before, size, compute)
+        return got, max(0, size - (before.st_size if n is None else n))
 
     def stats(self) -> dict[str, int]:
         """``hashes`` (file hashes computed), ``bytes_hashed``, ``hits`` (hashes saved), ``not_kept_racy``
@@ -257,7 +260,7 @@ def read_digest(f: IO[bytes], size: int) -> tuple[bytes, str]:
     data = f.read(size + 1)
     after = os.fstat(f.fileno())
     if len(data) == before.st_size:
-        got = DIGESTS.lookup(after) if _stat_key(before) == _stat_key(after) else None
+        got = DIGESTS.lookup(after) if stamp(before) == stamp(after) else None
         if got is not None:
             return data, got
     got = hashlib.sha256(data).hexdigest()

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -295,12 +294,7 @@ class ModelPackage:
             if size != v.size:
                 raise IntegrityError(f"variant {v.id}: {v.file} is {size} bytes, manifest says {v.size}")
             with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mm:
-                got = DIGESTS.lookup(before)  # this unchanged file hashed before in this process
-                if got is None:
-                    started = time.time_ns()
-                    got = hashlib.sha256(mm).hexdigest()
-                    DIGESTS.note_hash(size)
-                    DIGESTS.remember(before, os.fstat(fd), got, started)
+                got, _ = DIGESTS.digest(fd, before, size, lambda: (hashlib.sha256(mm).hexdigest(), size))  # hashed once while unchanged
                 if got != v.sha256:
                     raise IntegrityError(f"variant {v.id}: {v.file} sha256 is {got}, manifest says {v.sha256}")
                 failure: BaseException | None = None

@@ -18,6 +18,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
+from edge_sdk._filestamp import RACY_WINDOW_NS, Stamp, settled, stamp
 from edge_sdk.errors import ProfileError
 
 SCHEMA_VERSION = 1
@@ -421,11 +422,11 @@ def _profile_from_document(doc: Mapping[str, Any], path: Path | None) -> DeviceP
 
 #: Parsed profiles by the file's (path, st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns): a warm process
 #: loading a model again does not re-parse the 15 bundled TOMLs (26 ms on Zen 3). Profiles are frozen, so
-#: one object can be shared; a file changed since (any write changes st_ctime_ns) is parsed again, and one
-#: changed within the last :data:`_RACY_NS` is not remembered (a write in the same clock tick would not show).
-_PARSED: dict[tuple[str, int, int, int, int, int], DeviceProfile] = {}
+#: one object can be shared; a file changed since is parsed again, one changed within the racy window is not
+#: remembered (:mod:`edge_sdk._filestamp`).
+_PARSED: dict[tuple[str, Stamp], DeviceProfile] = {}
 _PARSED_MAX = 256
-_RACY_NS = 2_500_000_000
+_RACY_NS = RACY_WINDOW_NS
 _PARSED_LOCK = threading.Lock()
 
 
@@ -433,7 +434,7 @@ def _load_file(path: Path) -> DeviceProfile:
     try:
         with path.open("rb") as fh:
             st = os.fstat(fh.fileno())
-            key = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            key = (str(path), stamp(st))
             with _PARSED_LOCK:
                 hit = _PARSED.get(key)
             if hit is not None:
@@ -450,7 +451,7 @@ def _load_file(path: Path) -> DeviceProfile:
         prof = _profile_from_document(doc, path)
     except ProfileError as exc:
         raise ProfileError(f"{path}: {exc}") from exc
-    if max(st.st_mtime_ns, st.st_ctime_ns) <= started - _RACY_NS:
+    if settled(st, started, _RACY_NS):
         with _PARSED_LOCK:
             if len(_PARSED) >= _PARSED_MAX:
                 _PARSED.clear()
