@@ -169,7 +169,11 @@ class ThermalSimulator:
                 self._busy_s += busy_s
 
     def work_sink(self) -> Callable[[Any], None]:
-        """A pipeline sink: each FrameResult adds its ``result.timings.total_ms`` as work."""
+        """A pipeline sink: each FrameResult adds its ``result.timings.total_ms`` as work.
+
+        ``total_ms`` includes the preparation; a pipeline that prepares on its capture thread
+        (``PipelineOptions(preprocess="capture")``) overlaps it with inference, so its busy
+        seconds can exceed the wall time: count that thread in ``workers``."""
         return lambda fr: self.add_work(fr.result.timings.total_ms / 1e3)
 
     def tick(self, now: float | None = None) -> float:
