@@ -40,11 +40,11 @@ from .errors import (
 )
 from .package import ModelPackage, TensorSpec, Variant, default_cache_dir
 from .processing.decoders import Classification, decode_classification
-from .profiles import BoardMatch, DeviceProfile, resolve_profile
+from .profiles import BoardMatch, DeviceProfile, resolve_profile, usable_cpus
 from .result_cache import ResultCache, key_prefix
 from .selection import Selection, describe_machine, lighter_variants, select_variant
 from .telemetry.core import ModelTelemetry, Provenance, Sample, model_key, model_telemetry
-from .validation import InputValidator
+from .validation import SCANNER, InputValidator, first_nonfinite
 
 if TYPE_CHECKING:  # pragma: no cover - the decoders load when a model of their kind does
     from .generation.decoder import DecoderModel  # imported by _load_decoder: 50-70 ms a vision model's load does not need
@@ -52,6 +52,7 @@ if TYPE_CHECKING:  # pragma: no cover - the decoders load when a model of their 
     from .processing.segmentation import SegmentationMask
 
 _NS = 1e-6  # ns -> ms
+_new = tuple.__new__
 
 #: What :attr:`Result.decoded` holds, by the manifest's ``[decoder] kind``: "classification" ->
 #: one tuple of :class:`~edge_sdk.processing.decoders.Classification` per batch row, best first;
@@ -75,7 +76,10 @@ class LoadOptions:
     min_cosine: refuse variants whose measured cosine to the reference is lower.
     raw_io: pass/get quantized tensors as stored. check_finite: scan float inputs
     for NaN/Inf (one memory-bound pass over the input; like scipy's
-    ``check_finite``, turn it off only for inputs you produce yourself).
+    ``check_finite``, turn it off only for inputs you produce yourself). Where the
+    session's threads leave a CPU free, ``predict`` scans inputs of 64K elements and
+    more on it while the model runs (:class:`~edge_sdk.validation.FiniteScanner`),
+    with the same verdict and error, before anything of the call is returned.
     root: where /proc and /sys are read from for detection (tests use fake trees).
     telemetry: record every call's stage latencies, requests and errors in the
     process-wide :mod:`edge_sdk.telemetry` table (a few hundred ns a call);
@@ -309,6 +313,7 @@ class Model:
         dec = self.manifest.decoder
         self._cls_output = (dec.output or self._outputs[0].name) if dec.kind == "classification" else None
         self._decode_other = _build_decoder(self.manifest, self._inputs, self._outputs)
+        self._decodes = self._cls_output is not None or self._decode_other is not None
         self._labels = self.manifest.labels
         self._meta = (variant.id, session.info.backend, self.manifest.name, self.manifest.version, variant.sha256)
         info = session.info
@@ -332,6 +337,10 @@ class Model:
             self._cache = ResultCache(options.result_cache, prefix, self._tm.result_cache_lookup if self._tm is not None else None)
             if self._tm is not None:
                 self._tm.result_cache_enabled()
+        # Scan large float inputs for NaN/Inf on a spare core while the model runs (FiniteScanner):
+        # only when the session's threads leave one of the CPUs this process may use free.
+        spare = usable_cpus() - (info.threads or 1 << 30)  # this host's CPUs (detection may have read a fake tree)
+        self._overlap = self._finite and self._cache is None and spare > 0 and self._validate.may_defer
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -425,9 +434,21 @@ class Model:
         subclasses, SessionClosedError, SessionError."""
         t0 = time.perf_counter_ns()
         try:
-            feeds = self._validate(inputs, finite=self._finite)
+            if not self._overlap:
+                feeds = self._validate(inputs, finite=self._finite)
+                t1 = time.perf_counter_ns()
+                return self._finish(feeds, t0, t1, top_k, None)
+            deferred: list[tuple[str, np.ndarray]] = []
+            feeds = self._validate(inputs, deferred=deferred)
+            scan = None
+            if deferred:
+                scan = SCANNER.submit(deferred)
+                if scan is None:  # the scanning thread is busy with another call's input: scan here
+                    err = first_nonfinite(deferred)
+                    if err is not None:
+                        raise err
             t1 = time.perf_counter_ns()
-            return self._finish(feeds, t0, t1, top_k, None)
+            return self._finish(feeds, t0, t1, top_k, None, scan=scan)
         except Exception as e:
             self._failed(e, "predict")
             raise
@@ -532,11 +553,21 @@ class Model:
         transform: Any,
         pre_ns: int = 0,
         batch: int = 1,
+        scan: Any = None,
     ) -> Result:
         cache = self._cache
         outs: dict[str, np.ndarray] | None
         if cache is None:
-            outs, hit = self._session.run(feeds), False
+            hit = False
+            if scan is None:
+                outs = self._session.run(feeds)
+            else:
+                try:
+                    outs = self._session.run(feeds)
+                finally:  # the overlapped NaN/Inf scan decides first: before anything is kept, over a run error too
+                    err = scan.wait()
+                    if err is not None:
+                        raise err
         else:  # a hit does not run the model (inference 0 ms, not recorded); hashing counts as inference on a miss
             key = cache.key(feeds)
             outs = cache.get(key)
@@ -545,7 +576,8 @@ class Model:
                 outs = self._session.run(feeds)
                 cache.put(key, outs)
         t2 = time.perf_counter_ns()
-        decoded = self._decode_outputs(outs, top_k, transform)  # on a hit too: this call's top_k and transform
+        # on a hit too: this call's top_k and transform (a model without a decoder skips the call)
+        decoded = self._decode_outputs(outs, top_k, transform) if self._decodes else None
         t3 = time.perf_counter_ns()
         val_ns, inf_ns, dec_ns, tot_ns = t_ready - t0 - pre_ns, t2 - t_ready, t3 - t2, t3 - t0
         tm = self._tm
@@ -557,8 +589,9 @@ class Model:
         if self._monitor is not None:  # quality monitor: a counter increment unless this call is sampled
             self._monitor.observe(feeds, outs, decoded)
         vid, backend, name, version, sha = self._meta
-        timings = Timings(val_ns * _NS, pre_ns * _NS, 0.0 if hit else inf_ns * _NS, dec_ns * _NS, tot_ns * _NS)
-        return Result(outs, decoded, timings, vid, backend, name, version, sha, batch, transform, self.provenance, hit)
+        # tuple.__new__ with every field: the NamedTuples' own __new__ is one more Python frame per call
+        timings = _new(Timings, (val_ns * _NS, pre_ns * _NS, 0.0 if hit else inf_ns * _NS, dec_ns * _NS, tot_ns * _NS))
+        return _new(Result, (outs, decoded, timings, vid, backend, name, version, sha, batch, transform, self.provenance, hit))
 
     def attach_monitor(self, monitor: Any) -> Any:
         """Let ``monitor`` (an :class:`edge_sdk.quality.QualityMonitor`) observe every successful call
