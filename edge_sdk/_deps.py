@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import functools
 import hashlib
 import re
@@ -184,6 +183,8 @@ def _file_hash(path: Path) -> str | None:
         digest = hashlib.sha256(path.read_bytes()).digest()
     except OSError:
         return None
+    import base64  # only where a wheel's RECORD digest is checked
+
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 

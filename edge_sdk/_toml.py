@@ -7,16 +7,44 @@ TOML serializer; it raises TypeError for anything else rather than guess.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import os
 import sys
-from typing import Any, Mapping
+import threading
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Mapping
 
-if sys.version_info >= (3, 11):
-    import tomllib as _tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as _tomllib
+if TYPE_CHECKING:  # pragma: no cover - the parser's own class, looked up on first use (see __getattr__)
+    if sys.version_info >= (3, 11):
+        from tomllib import TOMLDecodeError as TOMLDecodeError
+    else:
+        from tomli import TOMLDecodeError as TOMLDecodeError
 
-TOMLDecodeError = _tomllib.TOMLDecodeError
+
+def _parser() -> ModuleType:
+    """``tomllib`` (``tomli`` on Python 3.10), imported on the first parse: with ``string`` it costs
+    ~5 ms of a cold start, and a warm load reads its manifest and profiles from the cache folder."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+
+        return tomllib
+    import tomli  # pragma: no cover - exercised on Python 3.10 only
+
+    mod: ModuleType = tomli  # pragma: no cover
+    return mod  # pragma: no cover
+
+
+def __getattr__(name: str) -> Any:
+    # ``TOMLDecodeError`` is the parser's own class, looked up on first use (``except _toml.TOMLDecodeError``
+    # evaluates it only when an exception is being matched).
+    if name == "TOMLDecodeError":
+        value = _parser().TOMLDecodeError
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 #: Most characters a TOML document may have; manifests and profiles are a few KiB.
@@ -31,15 +59,85 @@ def loads(text: str, *, max_chars: int = MAX_TOML_CHARS) -> dict[str, Any]:
     stdlib parser recurses per ``[`` / ``{``) is reported as a decode error, not
     a ``RecursionError``.
     """
+    parser = _parser()
     if not isinstance(text, str):
-        raise TOMLDecodeError(f"expected TOML text (str), got {type(text).__name__}")
+        raise parser.TOMLDecodeError(f"expected TOML text (str), got {type(text).__name__}")
     if len(text) > max_chars:
-        raise TOMLDecodeError(f"TOML document of {len(text)} characters is over the limit of {max_chars}")
+        raise parser.TOMLDecodeError(f"TOML document of {len(text)} characters is over the limit of {max_chars}")
     try:
-        doc: dict[str, Any] = _tomllib.loads(text)
+        doc: dict[str, Any] = parser.loads(text)
         return doc
     except RecursionError:
-        raise TOMLDecodeError("TOML arrays/inline tables nested too deeply (expected a flat manifest-style document)") from None
+        raise parser.TOMLDecodeError("TOML arrays/inline tables nested too deeply (expected a flat manifest-style document)") from None
+
+
+class JsonStore:
+    """A small cache file of JSON values by key (a digest), for work a fresh process would otherwise
+    redo: parsed TOML documents (manifests, device profiles) and model-file scans.
+
+    The file is ``{"tag": tag, "entries": {key: [json_text, sha256_of_json_text]}}``; a file with
+    another ``tag`` (another format or SDK version), or one that does not parse, counts as empty; an
+    entry whose text does not match its sha256 or does not parse is not returned. Keys must name the
+    input exactly (the sha256 of the bytes the value was computed from), so a changed input is never
+    answered from here. Only values that JSON gives back unchanged are kept (``put`` of a tuple, a
+    date or a non-finite float is a no-op). Writes replace the file atomically; a read-only folder
+    only means the work is done again. The folder is trusted as the sandbox's ``sandbox-ok`` marks
+    are: it is the user's own cache. Not thread-safe: callers hold a lock."""
+
+    MAX_ENTRIES = 256
+
+    def __init__(self, path: Path, tag: str) -> None:
+        self.path = path
+        self.tag = tag
+        self.entries: dict[str, Any] = {}
+        self.dirty = False
+        try:
+            with open(path, "rb") as f:
+                data = json.loads(f.read())
+        except (OSError, ValueError):
+            return  # none yet, unreadable or damaged: rebuilt as values are computed
+        if isinstance(data, dict) and data.get("tag") == tag and isinstance(data.get("entries"), dict):
+            self.entries = data["entries"]
+
+    def get(self, key: str) -> Any:
+        """The value stored under ``key``, or None (none, or a damaged entry)."""
+        entry = self.entries.get(key)
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str) and isinstance(entry[1], str)):
+            return None
+        text, check = entry
+        if hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest() != check:
+            return None
+        try:
+            return json.loads(text)
+        except ValueError:
+            return None
+
+    def put(self, key: str, value: Any) -> None:
+        """Remember ``value`` under ``key`` (written by :meth:`flush`), if JSON gives it back unchanged."""
+        try:
+            text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError):
+            return
+        if json.loads(text) != value:
+            return
+        if len(self.entries) >= self.MAX_ENTRIES:
+            self.entries.clear()
+        self.entries[key] = [text, hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()]
+        self.dirty = True
+
+    def flush(self) -> None:
+        """Write what :meth:`put` added since the last flush (nothing when nothing was added)."""
+        if not self.dirty:
+            return
+        self.dirty = False
+        body = json.dumps({"tag": self.tag, "entries": self.entries})
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+            tmp.write_text(body, encoding="utf-8")
+            os.replace(tmp, self.path)
+        except OSError:
+            pass  # a read-only cache: the work is simply done again next time
 
 
 def _key(k: str) -> str:

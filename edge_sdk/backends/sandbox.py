@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -172,6 +170,8 @@ def check_load(
     env["PYTHONPATH"] = pkg_parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("OMP_NUM_THREADS", "1")
     what = f"sandboxed {backend} load"
+    import subprocess  # here, not at the top: a load whose digest passed before never starts a child (6 ms of imports)
+
     try:
         proc = subprocess.run(
             cmd, input=data if data is not None else b"", capture_output=True, timeout=time_limit_s, env=env, check=False
@@ -195,6 +195,8 @@ def check_load(
     if rc == _EXIT_MEMORY or _mentions_memory(stderr) or _mentions_memory(str(report.get("message", ""))):
         raise SandboxMemoryError(f"{what}: the model needs more than {limit}: {report.get('message') or tail}")
     if rc < 0:
+        import signal
+
         try:
             name = signal.Signals(-rc).name
         except ValueError:
@@ -267,6 +269,8 @@ def _load_litert(data: bytes | None, path: str | None, memory_mb: int) -> None:
 
 
 def _fault(kind: str) -> None:  # test hooks: what a broken native runtime does
+    import signal
+
     if kind == "abort":
         os.abort()
     if kind == "segv":

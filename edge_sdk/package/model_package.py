@@ -22,16 +22,28 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .. import _toml
+from .._version import __version__
 from ..errors import IntegrityError, ManifestError, ModelFormatError, SignatureMismatchError, UnsafePackageError
-from .archive import DIGESTS, contained, open_regular, package_folder, read_digest, read_regular, refuse_unsafe_files, verify_file
+from .archive import (
+    DIGESTS,
+    contained,
+    default_cache_dir,
+    open_regular,
+    package_folder,
+    read_digest,
+    read_regular,
+    refuse_unsafe_files,
+    verify_file,
+)
 from .manifest import MANIFEST_NAME, FileRef, Manifest, Variant, check_relpath
-from .modelfile import Buffer, inspect_tflite, precision_mismatch, scan_onnx, sniff_format
+from .modelfile import Buffer, ExternalRef, OnnxInfo, TensorSig, TFLiteInfo, inspect_tflite, precision_mismatch, scan_onnx, sniff_format
 
 #: Largest ``edge-model.toml`` read (bytes): the TOML parser's own limit is 1 Mi characters, at most
 #: 4 bytes each. The file is read with a bounded read, so a larger one costs ``limit + 1`` bytes.
@@ -71,15 +83,165 @@ _SCANS: dict[tuple[str, str], Any] = {}
 _SCANS_MAX = 64
 
 
-def _scanned(kind: str, sha256: str, data: Buffer, scan: Callable[[Buffer], Any]) -> Any:
+#: The same across processes, and the parsed manifests by the sha256 of their bytes: ``<cache>/`` this file
+#: (:class:`edge_sdk._toml.JsonStore`, tagged with the SDK version, so another version scans again). A fresh
+#: process would otherwise parse every model it loads (14 ms for the BlazeFace .tflite) and import the TOML
+#: parser for its manifest. Only what a scan found is kept (a scan that raised is run again, and raises again);
+#: the digest of the bytes is checked against the manifest on every load before an entry is looked up, and an
+#: entry that does not describe a well-formed result is ignored and rewritten.
+SCAN_CACHE_NAME = "package-scans.json"
+_SCAN_CACHE_TAG = f"package-scans 1, edge_sdk {__version__}"
+_STORES: dict[Path, _toml.JsonStore] = {}
+_STORE_LOCK = threading.Lock()
+
+
+def _store(cache_dir: Path | None) -> _toml.JsonStore:
+    path = (cache_dir if cache_dir is not None else default_cache_dir()) / SCAN_CACHE_NAME
+    with _STORE_LOCK:
+        store = _STORES.get(path)
+        if store is None:
+            if len(_STORES) >= 8:
+                _STORES.clear()
+            store = _STORES[path] = _toml.JsonStore(path, _SCAN_CACHE_TAG)
+        return store
+
+
+def _stored(store: _toml.JsonStore, key: str) -> Any:
+    with _STORE_LOCK:
+        return store.get(key)
+
+
+def _remember(store: _toml.JsonStore, key: str, value: Any) -> None:
+    with _STORE_LOCK:
+        store.put(key, value)
+        store.flush()
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _opt(x: Any, check: Callable[[Any], bool]) -> bool:
+    return x is None or check(x)
+
+
+def _weights_from(j: Any) -> tuple[tuple[int, int, int], ...]:
+    if not isinstance(j, list) or not all(isinstance(w, list) and len(w) == 3 and all(_is_int(n) for n in w) for w in j):
+        raise ValueError("weights")
+    return tuple((w[0], w[1], w[2]) for w in j)
+
+
+def _sig_from(j: Any) -> TensorSig:
+    if not (isinstance(j, list) and len(j) == 4):
+        raise ValueError("tensor")
+    name, elem, dtype, dims = j
+    ok_dims = dims is None or (isinstance(dims, list) and all(d is None or isinstance(d, str) or _is_int(d) for d in dims))
+    if not (isinstance(name, str) and _is_int(elem) and _opt(dtype, lambda x: isinstance(x, str)) and ok_dims):
+        raise ValueError("tensor")
+    return TensorSig(name, elem, dtype, None if dims is None else tuple(dims))
+
+
+def _ext_from(j: Any) -> ExternalRef:
+    if not (isinstance(j, list) and len(j) == 4):
+        raise ValueError("external")
+    name, loc, off, length = j
+    if not (isinstance(name, str) and isinstance(loc, str) and _opt(off, _is_int) and _opt(length, _is_int)):
+        raise ValueError("external")
+    return ExternalRef(name, loc, off, length)
+
+
+def _scan_to_json(kind: str, got: Any) -> Any:
+    if kind == "sniff":
+        return got if isinstance(got, str) else None
+    if kind == "tflite" and isinstance(got, TFLiteInfo):
+        return {"version": got.version, "size": got.size, "weights": [list(w) for w in got.weights]}
+    if kind == "onnx" and isinstance(got, OnnxInfo):
+        return {
+            "ir_version": got.ir_version,
+            "opsets": dict(got.opsets),
+            "producer_name": got.producer_name,
+            "graph_name": got.graph_name,
+            "inputs": [[t.name, t.elem_type, t.dtype, None if t.dims is None else list(t.dims)] for t in got.inputs],
+            "outputs": [[t.name, t.elem_type, t.dtype, None if t.dims is None else list(t.dims)] for t in got.outputs],
+            "external_data": [[e.tensor_name, e.location, e.offset, e.length] for e in got.external_data],
+            "op_types": sorted(got.op_types),
+            "node_count": got.node_count,
+            "weights": [list(w) for w in got.weights],
+        }
+    return None
+
+
+def _scan_from_json(kind: str, j: Any) -> Any:
+    """The scan result ``j`` describes, or None when it is not a well-formed one of ``kind``."""
+    try:
+        if kind == "sniff":
+            return j if isinstance(j, str) else None
+        if not isinstance(j, dict):
+            return None
+        if kind == "tflite":
+            if set(j) != {"version", "size", "weights"} or not (_is_int(j["version"]) and _is_int(j["size"])):
+                return None
+            return TFLiteInfo(version=j["version"], size=j["size"], weights=_weights_from(j["weights"]))
+        if kind == "onnx":
+            keys = {"ir_version", "opsets", "producer_name", "graph_name", "inputs", "outputs", "external_data", "op_types", "node_count", "weights"}
+            opsets, ops = j.get("opsets"), j.get("op_types")
+            if (
+                set(j) != keys
+                or not (_is_int(j["ir_version"]) and _is_int(j["node_count"]))
+                or not (isinstance(j["producer_name"], str) and isinstance(j["graph_name"], str))
+                or not (isinstance(opsets, dict) and all(_is_int(v) for v in opsets.values()))
+                or not (isinstance(ops, list) and all(isinstance(o, str) for o in ops))
+                or not all(isinstance(j[k], list) for k in ("inputs", "outputs", "external_data"))
+            ):
+                return None
+            return OnnxInfo(
+                ir_version=j["ir_version"],
+                opsets=dict(opsets),
+                producer_name=j["producer_name"],
+                graph_name=j["graph_name"],
+                inputs=tuple(_sig_from(t) for t in j["inputs"]),
+                outputs=tuple(_sig_from(t) for t in j["outputs"]),
+                external_data=tuple(_ext_from(e) for e in j["external_data"]),
+                op_types=frozenset(ops),
+                node_count=j["node_count"],
+                weights=_weights_from(j["weights"]),
+            )
+    except ValueError:
+        return None
+    return None
+
+
+def _scanned(kind: str, sha256: str, data: Buffer, scan: Callable[[Buffer], Any], store: _toml.JsonStore | None = None) -> Any:
     key = (kind, sha256)
     got = _SCANS.get(key)
     if got is None:
-        got = scan(data)
+        skey = f"{kind}:{sha256}"
+        if store is not None:
+            got = _scan_from_json(kind, _stored(store, skey))
+        if got is None:
+            got = scan(data)
+            if store is not None:
+                j = _scan_to_json(kind, got)
+                if j is not None:
+                    _remember(store, skey, j)
         if len(_SCANS) >= _SCANS_MAX:
             _SCANS.clear()
         _SCANS[key] = got
     return got
+
+
+def _parse_manifest(raw: bytes, digest: str, store: _toml.JsonStore | None) -> tuple[dict[str, Any], bool]:
+    """``raw`` as ``_toml.loads(raw.decode("utf-8"))`` gives it (the same errors), or the document parsed from
+    the same bytes before (``store``, by their sha256); and whether it came from ``store``."""
+    key = f"manifest:{digest}"
+    if store is not None:
+        doc = _stored(store, key)
+        if isinstance(doc, dict):
+            return doc, True
+    doc = _toml.loads(raw.decode("utf-8"))
+    if store is not None:
+        _remember(store, key, doc)
+    return doc, False
 
 
 class ModelPackage:
@@ -90,6 +252,7 @@ class ModelPackage:
         self.source = source
         self.manifest = manifest
         self.manifest_sha256 = manifest_sha256
+        self._scan_store: _toml.JsonStore | None = None  # set by open(): where scans are remembered across processes
         # (variant id, sha256) whose format checks passed: the checks are a pure
         # function of the bytes, so equal digests need not be scanned twice.
         self._format_checked: set[tuple[str, str]] = set()
@@ -118,12 +281,21 @@ class ModelPackage:
             raise ManifestError(f"{mpath}: {e}") from e
         if len(raw) > MAX_MANIFEST_BYTES:
             raise ManifestError(f"{mpath}: manifest is over the limit of {MAX_MANIFEST_BYTES} bytes (refused after reading {len(raw)})")
+        store = _store(Path(cache_dir) if cache_dir is not None else None)
+        digest = hashlib.sha256(raw).hexdigest()
         try:
-            data = _toml.loads(raw.decode("utf-8"))
+            data, cached = _parse_manifest(raw, digest, store)
         except (UnicodeDecodeError, _toml.TOMLDecodeError) as e:
             raise ManifestError(f"{mpath}: not valid UTF-8 TOML: {e}") from e
-        manifest = Manifest.from_dict(data, source=str(mpath.name))
-        pkg = cls(root, source, manifest, hashlib.sha256(raw).hexdigest())
+        try:
+            manifest = Manifest.from_dict(data, source=str(mpath.name))
+        except ManifestError:
+            if not cached:
+                raise
+            # a cached document is not trusted to be wrong: the bytes decide (the same errors as a first open)
+            manifest = Manifest.from_dict(_parse_manifest(raw, digest, None)[0], source=str(mpath.name))
+        pkg = cls(root, source, manifest, digest)
+        pkg._scan_store = store
         pkg._check_paths()
         if verify:
             pkg.verify()
@@ -213,13 +385,14 @@ class ModelPackage:
         self._format_checked.add((v.id, v.sha256))
 
     def _check_model_format(self, v: Variant, data: Buffer) -> None:
-        kind = _scanned("sniff", v.sha256, data, sniff_format)
+        store = self._scan_store
+        kind = _scanned("sniff", v.sha256, data, sniff_format, store)
         if kind == "pickle":
             raise UnsafePackageError(f"variant {v.id}: {v.file} is a pickle; pickles are not allowed")
         if kind != v.format:
             raise ModelFormatError(f"variant {v.id}: backend {v.backend} expects a {v.format} file, {v.file} looks like {kind}")
         if v.format == "onnx":
-            info = _scanned("onnx", v.sha256, data, scan_onnx)
+            info = _scanned("onnx", v.sha256, data, scan_onnx, store)
             wrong = precision_mismatch(v.precision, info.weights, "onnx", info.op_types)
             if wrong:
                 raise SignatureMismatchError(f"variant {v.id}: {v.file} is {wrong}; relabel the variant (selection ranks by this label)")
@@ -237,7 +410,7 @@ class ModelPackage:
                         f"(declared: {sorted(declared) or 'none'})"
                     )
         else:
-            tfl = _scanned("tflite", v.sha256, data, inspect_tflite)
+            tfl = _scanned("tflite", v.sha256, data, inspect_tflite, store)
             wrong = precision_mismatch(v.precision, tfl.weights, "tflite")
             if wrong:
                 raise SignatureMismatchError(f"variant {v.id}: {v.file} is {wrong}; relabel the variant (selection ranks by this label)")

@@ -127,6 +127,8 @@ class BoardMatch:
 
 @dataclass(frozen=True)
 class _Match:
+    """A profile that matched, its specificity score and why (a docstring spares dataclass an inspect.signature)."""
+
     profile: DeviceProfile
     score: tuple[int, int, int]
     reasons: tuple[str, ...]
