@@ -4,13 +4,13 @@ calls each callback in order and logs, never raises, what a callback raises."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Callable, Generic, TypeVar
 
+from ._log import get_logger
 from .errors import OptionsTypeError
 
 E = TypeVar("E")
-_log = logging.getLogger("edge_sdk")
+_log = get_logger("edge_sdk")
 
 
 class Listeners(Generic[E]):

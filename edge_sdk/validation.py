@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-import queue
 import threading
 import weakref
 from collections.abc import Mapping
@@ -115,7 +114,7 @@ class FiniteScanner:
     every caller's bottleneck. The thread starts on first use and again in a forked child."""
 
     def __init__(self) -> None:
-        self._q: queue.SimpleQueue[_Scan] = queue.SimpleQueue()
+        self._q: Any = None  # a queue.SimpleQueue of _Scan, made with the thread (the import costs a cold start ~2 ms)
         self._thread: threading.Thread | None = None
         self._busy = False  # a scan is queued or running (under _lock)
         self._lock = threading.Lock()
@@ -124,7 +123,7 @@ class FiniteScanner:
             os.register_at_fork(after_in_child=lambda: _forget(ref()))
 
     def _forget_thread(self) -> None:
-        self._q = queue.SimpleQueue()
+        self._q = None
         self._thread = None
         self._busy = False
         self._lock = threading.Lock()
@@ -136,15 +135,17 @@ class FiniteScanner:
                 return None
             self._busy = True
             if self._thread is None:
-                t = threading.Thread(target=self._loop, name="edge-sdk-finite-scan", daemon=True)
+                import queue
+
+                self._q = queue.SimpleQueue()
+                t = threading.Thread(target=self._loop, args=(self._q,), name="edge-sdk-finite-scan", daemon=True)
                 t.start()
                 self._thread = t
         job = _Scan(items)
         self._q.put(job)
         return job
 
-    def _loop(self) -> None:
-        q = self._q
+    def _loop(self, q: Any) -> None:
         while True:
             job = q.get()
             try:

@@ -9,7 +9,6 @@ next to its object without an import going up. How the histograms work: the pack
 
 from __future__ import annotations
 
-import logging
 import math
 import threading
 import time
@@ -20,10 +19,11 @@ from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from .._listeners import Listeners
+from .._log import get_logger
 from .._version import __version__ as _SDK_VERSION
 from ..errors import OptionsError
 
-_log = logging.getLogger("edge_sdk.telemetry")
+_log = get_logger("edge_sdk.telemetry")
 
 TYPES = ("gauge", "counter", "untyped", "histogram")
 HIST_SUFFIXES = ("_bucket", "_sum", "_count")

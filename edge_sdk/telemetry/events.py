@@ -6,16 +6,16 @@ provenance of the model concerned. Above :mod:`.core`; imports no subsystem."""
 from __future__ import annotations
 
 import json
-import logging
 import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
+from .._log import get_logger
 from ..errors import OptionsError, OptionsTypeError
 from .core import Provenance, emit_model_event, model_listeners
 
-_log = logging.getLogger("edge_sdk.telemetry")
+_log = get_logger("edge_sdk.telemetry")
 
 
 # ----------------------------------------------------------------------------------------------

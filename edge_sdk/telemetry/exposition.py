@@ -9,16 +9,16 @@ line, label values escaped): https://prometheus.io/docs/instrumenting/exposition
 
 from __future__ import annotations
 
-import logging
 import math
 import threading
 import weakref
 from typing import Any, Callable, Iterable, Protocol, runtime_checkable
 
+from .._log import get_logger
 from ..errors import OptionsError, OptionsTypeError
 from .core import HIST_SUFFIXES, TYPES, Sample, format_value, model_samples
 
-_log = logging.getLogger("edge_sdk.telemetry")
+_log = get_logger("edge_sdk.telemetry")
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
