@@ -33,8 +33,6 @@ _FLOATS = frozenset({"float16", "float32", "float64"})
 
 #: Up to this many elements, the finiteness check sums the values as Python floats.
 _SMALL = 64
-#: From this many float32/float64 elements on, the check is one BLAS dot product.
-_LARGE = 1 << 16
 
 
 def _probably_finite(x: np.ndarray) -> bool:
@@ -43,19 +41,19 @@ def _probably_finite(x: np.ndarray) -> bool:
     Measured right after an ONNX Runtime call (``python tools/bench/bench_finite.py``; on an AMD EPYC
     Zen 3, docs/benchmarks.md), where the first numpy call pays for its evicted dispatch code and the
     input is out of the caches: for 16 elements a Python sum of ``tolist()`` costs 2.5 us against
-    ``np.isfinite(x).all()`` 9.7 us and the old sum under ``np.errstate`` 14.6 us; from 256 elements up
-    the BLAS dot product ``v . v`` is the cheapest pass (4.7 us against 8.3 us at 1x256..1x4096, 125
-    against 171 us for a 1x3x224x224 input after MobileNetV2), but silencing its overflow warning
-    costs ~3 us, so it is used from 65536 elements on. Python floats are doubles, so a small
-    float16/32 sum cannot overflow; NaN and Inf propagate through both (``inf - inf`` and ``0 * inf``
-    are NaN); a dot product that overflows (|x| beyond ~1e19 in float32) sends the caller to the
-    exact check. float16 has no BLAS kernel: ``np.isfinite``."""
+    ``np.isfinite(x).all()`` 9.7 us; above 64 elements of float32/float64 one BLAS pass,
+    ``np.vdot(x, x)``, is the cheapest (about 1.5 us against 6 us for 512 float32, 125 against 171 us
+    for a 1x3x224x224 input after MobileNetV2). A sum of squares is NaN or Inf when an element is
+    (squares are >= 0: +Inf and -Inf cannot cancel) and finite otherwise, unless it overflowed
+    (|x| beyond ~1e19 in float32): then the caller's exact check decides. Unlike ``np.dot``, ``@``
+    and ufunc reductions, ``vdot`` reports no floating-point error, so an overflow is an answer,
+    not a RuntimeWarning or (under ``np.errstate(all="raise")``) a FloatingPointError, and no
+    ``np.errstate`` (~3 us) is needed (tests/test_finite_check.py pins this). Python floats are
+    doubles, so a small float16/32 sum cannot overflow. float16 has no BLAS kernel: ``np.isfinite``."""
     if x.size <= _SMALL:
         return math.isfinite(sum(x.ravel().tolist()))
-    if x.size >= _LARGE and x.dtype.char in "fd":
-        v = x.reshape(-1)
-        with np.errstate(over="ignore", invalid="ignore"):  # ~3 us: an overflow is an answer here, not a warning
-            return math.isfinite(float(np.dot(v, v)))
+    if x.dtype.char in "fd":
+        return math.isfinite(np.vdot(x, x))
     return bool(np.isfinite(x).all())
 
 

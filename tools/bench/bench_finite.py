@@ -41,6 +41,7 @@ ARMS: dict[str, Callable[[np.ndarray], bool]] = {
     "float64 sum": lambda x: math.isfinite(np.add.reduce(x, axis=None, dtype=np.float64)),
     "sum(x.tolist())": lambda x: math.isfinite(sum(x.ravel().tolist())),
     "np.dot(v, v)": lambda x: math.isfinite(float(np.dot(x.reshape(-1), x.reshape(-1)))),
+    "np.vdot(x, x)": lambda x: math.isfinite(np.vdot(x, x)),
     "edge_sdk (_probably_finite)": _probably_finite,
 }
 
