@@ -454,14 +454,14 @@ class Model:
             raise
 
     def _predict_made(self, feeds: dict[str, np.ndarray]) -> Result:
-        """:meth:`predict` on feeds the SDK assembled from inputs it already checked (a stream's windows of
-        pushed samples, which were refused on NaN/Inf at the push; constants checked when bound; states the
-        model itself produced): dtype, shape and names are validated, the finiteness scan is not repeated."""
+        """:meth:`predict` on feeds the SDK assembled to this model's specs from inputs it already
+        checked, not validated again (``validate_ms`` 0): a signal stream's windows (cut to the window
+        shape and dtype validated when the stream was bound, of samples refused on NaN/Inf at the push;
+        stacked at most the batch bound checked then), constants validated when bound, states the
+        model itself produced. ``feeds`` is the caller's new dict, handed on as it is."""
         t0 = time.perf_counter_ns()
         try:
-            checked = self._validate(feeds, finite=False)
-            t1 = time.perf_counter_ns()
-            return self._finish(checked, t0, t1, None, None)
+            return self._finish(feeds, t0, t0, None, None)
         except Exception as e:
             self._failed(e, "stream")
             raise
@@ -755,9 +755,19 @@ class Stream:
         return self._call(inputs, m._finite, top_k)
 
     def _predict_made(self, feeds: dict[str, np.ndarray]) -> Result:
-        """:meth:`predict` on non-state feeds the SDK assembled from checked inputs (see
-        :meth:`Model._predict_made`): no state input among them, no repeated finiteness scan."""
-        return self._call(feeds, False, None)
+        """:meth:`predict` on non-state feeds the SDK assembled to the model's specs (see
+        :meth:`Model._predict_made`: not validated again), with this stream's state added."""
+        m = self._model
+        with self._lock:
+            t0 = time.perf_counter_ns()
+            feeds.update(self._state)
+            try:
+                r = m._finish(feeds, t0, t0, None, None)
+            except Exception as e:
+                m._failed(e, "stream")
+                raise
+            self._state = {p.input: np.ascontiguousarray(r.outputs[p.output]) for p in self._pairs}
+            return r
 
     def _call(self, inputs: np.ndarray | Mapping[str, np.ndarray], finite: bool, top_k: int | None) -> Result:
         m = self._model

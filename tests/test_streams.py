@@ -1133,3 +1133,147 @@ def test_batched_vad_streams_equal_unbatched(vad_model, vad_script, vad_unbatche
     for g in _batches(got):
         assert len({w.stream_id for w in g}) == len(g)  # never two windows of one stream in a call
     assert max(sizes) == batch_size and sum(sizes) / len(sizes) > batch_size / 4, sizes
+
+
+# --- the steady-state push (fast path) --------------------------------------------------
+
+
+def _steady_script(rng, window: int, hop: int, channels: int, n: int = 160) -> list:
+    """Pushes that are mostly steady (exactly ``hop`` samples continuing the clock, jitter within
+    the tolerance), broken now and then by what the general path handles: two pushes of other sizes
+    (hop x 2 in all, so the steady state can come back), a gap or overlap of ``hop`` samples, a
+    repeat, a timestamp going back, NaN, [n, 1] / strided / int-timestamp pushes, reset()."""
+    ops: list = []
+    ts = 100.0  # SR 1000: 1 sample per ms
+    sizes: list[int] = []
+    for _ in range(n):
+        if not sizes:
+            a = int(rng.integers(0, 2 * hop + 1))
+            sizes = [a, 2 * hop - a] if rng.random() < 0.1 else [hop]
+        size = sizes.pop(0)
+        x = rng.standard_normal((size, channels)).astype(np.float32)
+        if channels == 1 and rng.random() < 0.7:
+            x = x[:, 0]  # mono as [n]; else [n, 1]
+        if rng.random() < 0.1:
+            x = np.repeat(x, 2, axis=0)[::2]  # strided (not contiguous)
+        stamp: Any = ts + float(rng.uniform(-0.9, 0.9))  # jitter: the clock anchors on one, so twice it is within the 2 ms tolerance
+        k = rng.random()
+        if k < 0.04:
+            stamp = ts + hop  # gap (fill or reset per policy)
+            ts += hop
+        elif k < 0.07 and size >= hop:
+            stamp = ts - hop  # overlap: the first hop samples are dropped
+            ts -= hop
+        elif k < 0.09:
+            stamp = ts - 1000.0  # goes back: dropped
+            ts -= size
+        elif k < 0.11:
+            stamp = int(ts)  # an int timestamp
+        if rng.random() < 0.03 and size:
+            x = x.copy()
+            x[size // 2] = np.nan  # refused
+            ts -= size
+        if rng.random() < 0.02:
+            ops.append(("reset",))
+        ops.append(("push", x, stamp))
+        ts += size
+    return ops
+
+
+def _run_stream(st, ops) -> list:
+    out: list = []
+    for op in ops:
+        if op[0] == "reset":
+            st.reset()
+            continue
+        try:
+            got = st.push(op[1], op[2])
+        except EdgeSDKError as e:
+            out.append(("error", type(e).__name__, str(e)))
+            continue
+        out.append(("ok", st.buffered_samples, st.expected_timestamp_ms()))
+        out += [(w.index, w.start_sample, w.timestamp_ms, w.duration_ms, w.epoch, w.filled_samples, w.outputs["y"].shape, w.outputs["y"].tobytes()) for w in got]
+    return out + [tuple(e) for e in st.pop_events()]
+
+
+@pytest.mark.parametrize(
+    "window, hop, prefill, channels, layout, shape, gap_policy",
+    [
+        (12, 8, 4, 1, "NT", [1, 12], "reset"),  # Silero-like: context + hop
+        (12, 8, 4, 1, "NT", [1, 12], "fill"),  # zero-filled windows leave the steady state until they are gone
+        (8, 8, 0, 1, "T", [8], "fill"),  # back to back
+        (8, 3, 2, 1, "NT", [1, 8], "reset"),  # overlap larger than the hop
+        (8, 11, 0, 1, "NT", [1, 8], "reset"),  # hop > window: never steady
+        (6, 4, 2, 2, "NTC", [1, 6, 2], "fill"),
+        (6, 4, 2, 2, "NCT", [1, 2, 6], "reset"),
+        (6, 6, 1, 2, "CT", [2, 6], "reset"),
+    ],
+)
+def test_steady_path_equals_general_path(tmp_path, window, hop, prefill, channels, layout, shape, gap_policy):
+    """Random push sequences, mostly steady: a stream whose fast path is switched off gives exactly
+    the same windows (bitwise), timestamps, events, errors, buffer and clock."""
+    model = identity_model(tmp_path, shape)
+    o = opts(window=window, hop=hop, prefill=prefill, channels=channels, layout=layout, gap_policy=gap_policy)
+    ops = _steady_script(np.random.default_rng(window * 7 + hop + channels), window, hop, channels)
+    fast, general = SignalStream(model, o, stream_id="s"), SignalStream(model, o, stream_id="s")
+    general._framer.push_steady = lambda *a, **k: None  # type: ignore[method-assign]
+    taken = []
+    steady = fast._framer.push_steady
+
+    def counting(*a: Any, **k: Any) -> Any:
+        f = steady(*a, **k)
+        taken.append(f is not None)
+        return f
+
+    fast._framer.push_steady = counting  # type: ignore[method-assign]
+    a, b = _run_stream(fast, ops), _run_stream(general, ops)
+    assert a == b
+    assert any(r[0] == "error" for r in a) and sum(len(r) == 8 for r in a) > 50
+    if hop <= window:
+        assert sum(taken) > len(taken) // 4  # the fast path did much of the work
+    else:
+        assert not any(taken)
+
+
+def test_steady_windows_are_the_signal_cut_by_hand(tmp_path):
+    """Silero's framing (64 context + 512 new samples): every window is the signal's samples
+    [512 k - 64, 512 k + 512), zeros before the start, whatever path cut it."""
+    model = identity_model(tmp_path, [1, 576])
+    o = SignalStreamOptions(sample_rate_hz=16000, window=576, hop=512, prefill=64)
+    x = np.random.default_rng(3).standard_normal(512 * 40).astype(np.float32)
+    with SignalStream(model, o) as st:
+        got = [w for k in range(40) for w in st.push(x[512 * k : 512 * (k + 1)], k * 32.0)]
+    padded = np.concatenate([np.zeros(64, np.float32), x])
+    assert len(got) == 40
+    for k, w in enumerate(got):
+        assert w.outputs["y"].tobytes() == padded[512 * k : 512 * k + 576][None].tobytes()
+        assert (w.start_sample, w.timestamp_ms) == (512 * k - 64, k * 32.0 - 4.0)
+
+
+def test_finiteness_check_never_warns(tmp_path):
+    """Huge finite samples (a float32 sum of squares overflows) are accepted without any warning or
+    FloatingPointError; NaN/Inf are refused, in every size and float dtype the check handles."""
+    import warnings
+
+    from edge_sdk.streams.signal import _finite
+
+    for dtype in (np.float16, np.float32, np.float64):
+        for n in (3, 64, 65, 512, 70_000):
+            big = np.full(n, np.finfo(dtype).max / 2, dtype)
+            with warnings.catch_warnings(), np.errstate(all="raise"):
+                warnings.simplefilter("error")
+                assert _finite(big) and _finite(-big) and _finite(np.zeros(n, dtype))
+                for bad in (np.nan, np.inf, -np.inf):
+                    y = big.copy()
+                    y[n // 2] = bad
+                    assert not _finite(y), (dtype, n, bad)
+                pm = np.zeros(n, dtype)
+                pm[0], pm[-1] = np.inf, -np.inf
+                assert not _finite(pm)
+    model = identity_model(tmp_path, [1, 512])
+    with SignalStream(model, opts(window=512)) as st, warnings.catch_warnings(), np.errstate(all="raise"):
+        warnings.simplefilter("error")
+        assert len(st.push(np.full(512, 1e30, np.float32), 0.0)) == 1  # steady path off: first push
+        assert len(st.push(np.full(512, -1e30, np.float32), 512.0)) == 1  # steady path
+        with pytest.raises(NonFiniteSignalError, match="got 1 NaN/Inf of 512"):
+            st.push(np.r_[np.full(511, 1e30, np.float32), np.float32(np.inf)], 1024.0)

@@ -71,6 +71,11 @@ from ..validation import InputValidator, _probably_finite
 if TYPE_CHECKING:  # pragma: no cover
     from ..model import Model, Result
 
+# Builds a NamedTuple instance straight from a tuple of all its fields, as NamedTuple._make does, without the
+# Python-level ``__new__`` a NamedTuple call goes through (~0.3 us): the hot path makes one _Frame and _Pending
+# per window and one Result and WindowResult per batch row.
+_tnew = tuple.__new__
+
 __all__ = [
     "SignalStreamOptions",
     "SignalStream",
@@ -163,6 +168,13 @@ def _number(name: str, v: Any, *, positive: bool) -> None:
     ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and (v > 0 if positive else v >= 0)
     if not ok:
         raise SignalConfigError(f"{name}: expected a finite number {'> 0' if positive else '>= 0'}, got {v!r}")
+
+
+def _finite(x: np.ndarray) -> bool:
+    """True when the float array ``x`` holds no NaN/Inf: validation's cheapest pass for its size and
+    dtype (one ``np.vdot`` above 64 float32/float64 elements, no floating-point warning), and the
+    exact element-wise check where that pass cannot tell (a sum of squares that overflowed)."""
+    return _probably_finite(x) or bool(np.isfinite(x).all())
 
 
 @dataclass(frozen=True)
@@ -321,7 +333,14 @@ class _Plan(NamedTuple):
 
 
 class _Framer:
-    """Cuts pushes into windows through a fixed buffer and applies the timestamp policies."""
+    """Cuts pushes into windows through a fixed buffer and applies the timestamp policies.
+
+    :meth:`push` is the general path. :meth:`push_steady` is the one a live source takes almost
+    always, made cheap: a push of exactly ``hop`` samples (hop <= window) that continues the sample
+    clock within the tolerance, onto a buffer that holds window - hop .. window - 1 samples and no
+    zero fill, makes exactly one window and leaves the buffer as full as before; it checks only
+    what that case needs and builds the window with one concatenation. Anything else goes to :meth:`push`, which gives the
+    same windows (tests/test_streams.py compares both on random push sequences)."""
 
     def __init__(self, opts: SignalStreamOptions, stream_id: Hashable, emit: Callable[[StreamEvent], None]) -> None:
         self.o = opts
@@ -331,10 +350,19 @@ class _Framer:
         self._is_float = self._dtype.kind == "f"
         self._sr = float(opts.sample_rate_hz)
         self._ms_per_sample = 1000.0 / self._sr
+        self._tol = float(opts.timestamp_tolerance_ms)
         self._window = opts.window
         self._hop = opts.hop_samples
         self._layout = _LAYOUTS[opts.layout]
         self._buf = np.zeros((opts.buffer_samples, opts.channels), dtype=self._dtype)
+        # The steady state (push_steady): the buffer holds window - hop .. window - 1 samples (then a push of
+        # hop samples completes exactly one window and leaves as many); hop > window (skips) is never steady.
+        # Pushes of these shapes qualify; mono "T"/"NT" windows are cut from 1-D arrays (no layout step).
+        self._steady_min = opts.window - self._hop if self._hop <= opts.window else opts.window
+        self._steady_shapes = frozenset({(self._hop, opts.channels)} | ({(self._hop,)} if opts.channels == 1 else set()))
+        self._mono_1d = opts.channels == 1 and opts.layout in ("T", "NT")
+        self._win_shape = opts.window_shape()
+        self._head_views(0)
         self._index = 0
         self._in_idx = 0  # sample index of the next sample entering the stream
         self.epoch = -1
@@ -355,6 +383,13 @@ class _Framer:
 
     def restart(self) -> None:
         self._restart()
+
+    def _head_views(self, fill: int) -> None:
+        """Views of the buffer's first ``fill`` samples, as push_steady reads and rewrites them (kept
+        while the fill stays the same, as it does in the steady state)."""
+        self._head_n = fill
+        self._head2 = self._buf[:fill]
+        self._head1 = self._buf[:fill, 0]
 
     @property
     def buffered_samples(self) -> int:
@@ -392,7 +427,7 @@ class _Framer:
             x = samples
         else:
             raise SignalShapeError(f"stream {self.stream_id!r}: expected samples of shape {want}, got rank {samples.ndim} shape {samples.shape}")
-        if self._is_float and x.size and not _probably_finite(x) and not np.isfinite(x).all():
+        if self._is_float and x.size and not _finite(x):
             bad = int(np.count_nonzero(~np.isfinite(x)))
             raise NonFiniteSignalError(f"stream {self.stream_id!r}: expected finite samples, got {bad} NaN/Inf of {x.size}; the push was refused")
         return x
@@ -407,6 +442,43 @@ class _Framer:
         return ts
 
     # -- the push ----------------------------------------------------------------------
+
+    def push_steady(self, samples: Any, timestamp_ms: Any) -> _Frame | None:
+        """The push's one window if it is a steady-state push (see the class), else None with
+        nothing changed (call :meth:`push`, which also raises whatever the push deserves)."""
+        fill = self._fill
+        if not self._steady_min <= fill < self._window or self._filled or type(timestamp_ms) is not float:
+            return None
+        if type(samples) is not np.ndarray or samples.dtype != self._dtype or samples.shape not in self._steady_shapes:
+            return None
+        anchor_ts, last_ts = self._anchor_ts, self._last_ts
+        if anchor_ts is None or last_ts is None or timestamp_ms <= last_ts:
+            return None
+        i = self._in_idx
+        delta = timestamp_ms - (anchor_ts + (i - self._anchor_idx) * self._ms_per_sample)  # as push() computes it
+        if not -self._tol <= delta <= self._tol:
+            return None
+        if self._is_float and not _finite(samples):
+            return None
+        if fill != self._head_n:
+            self._head_views(fill)
+        w = self._window
+        if self._mono_1d:
+            flat = np.concatenate((self._head1, samples if samples.ndim == 1 else samples[:, 0]))  # fill + hop >= window
+            data = (flat if fill + self._hop == w else flat[:w]).reshape(self._win_shape)
+            self._head1[:] = flat[self._hop :]
+        else:
+            win = np.concatenate((self._head2, samples if samples.ndim == 2 else samples[:, None]))
+            data = self._layout(win if fill + self._hop == w else win[:w])
+            if not data.flags.c_contiguous:
+                data = data.copy()
+            self._head2[:] = win[self._hop :]
+        start = i - fill
+        self._in_idx = i + self._hop
+        self._last_ts = timestamp_ms
+        k = self._index
+        self._index = k + 1
+        return _tnew(_Frame, (k, start, anchor_ts + (start - self._anchor_idx) * self._ms_per_sample, self.epoch, 0, data))
 
     def push(self, samples: Any, timestamp_ms: Any) -> _Plan:
         x = self.check(samples)
@@ -529,6 +601,8 @@ class _Framer:
         self._buf = np.zeros((0, self.o.channels), dtype=self._dtype)
         self._fill = 0
         self._filled = []
+        self._steady_min = self._window  # never steady
+        self._head_views(0)
 
 
 # --- binding a model's inputs to windows -----------------------------------------------------
@@ -646,7 +720,7 @@ class _Binding:
 
 
 def _results(frames: list[_Frame], results: list["Result"], stream_id: Hashable, duration_ms: float) -> list[WindowResult]:
-    return [WindowResult(stream_id, f.window, f.start_sample, f.timestamp_ms, duration_ms, f.epoch, f.filled, r) for f, r in zip(frames, results)]
+    return [_tnew(WindowResult, (stream_id, f.window, f.start_sample, f.timestamp_ms, duration_ms, f.epoch, f.filled, r)) for f, r in zip(frames, results)]
 
 
 # --- one stream -------------------------------------------------------------------------------
@@ -732,23 +806,28 @@ class SignalStream:
                 f"stream {self.stream_id!r} belongs to a StreamRouter with batch_size={self._owner.batch_size}: "
                 f"push through router.push({self.stream_id!r}, samples, timestamp_ms), which keeps its windows in order with the queued ones"
             )
+        return self._push(samples, timestamp_ms)
+
+    def _push(self, samples: Any, timestamp_ms: Any) -> list[WindowResult]:
+        """push() without the owner check."""
         with self._lock:
             self._check_open()
+            f = self._framer.push_steady(samples, timestamp_ms)
+            if f is not None:
+                return self._run([f])
             plan = self._framer.push(samples, timestamp_ms)
-            return self._run(plan)
+            if plan.reset and self._state is not None:
+                self._state.reset()
+            return self._run(plan.frames) if plan.frames else []
 
-    def _run(self, plan: _Plan) -> list[WindowResult]:
-        if plan.reset and self._state is not None:
-            self._state.reset()
-        if not plan.frames:
-            return []
+    def _run(self, frames: list[_Frame]) -> list[WindowResult]:
         b = self._b
         # windows of samples checked at the push (finite), constants checked when bound: not scanned again
         if self._state is not None:
-            results = [self._state._predict_made(b.feed(f.data)) for f in plan.frames]
+            results = [self._state._predict_made(b.feed(f.data)) for f in frames]
         else:
-            results = [b.model._predict_made(b.feed(f.data)) for f in plan.frames]
-        return _results(plan.frames, results, self.stream_id, self.options.window_ms)
+            results = [b.model._predict_made(b.feed(f.data)) for f in frames]
+        return _results(frames, results, self.stream_id, self.options.window_ms)
 
     def reset(self) -> None:
         """Drop buffered samples, forget the clock (the next push anchors it) and reset the model state."""
@@ -865,6 +944,7 @@ class StreamRouter:
     on one raises StreamRouterOwnedError). A model error during a batch loses that batch's
     windows (the streams' states stay as they were before it). Thread-safe (one lock: model
     calls are serialised).
+
     """
 
     def __init__(
@@ -1018,26 +1098,59 @@ class StreamRouter:
         Batched: the results of every batch run since the last call that returned results,
         of any stream."""
         with self._lock:
-            self._check_open()
-            s = self._streams.get(_hashable(stream_id))
-            if s is None:
-                s = self._open(stream_id)
-            else:
-                self._streams.move_to_end(stream_id)
+            if self._closed:
+                self._check_open()
+            s = self._stream_for(stream_id)
             if self.batch_size == 1:
-                return s.push(samples, timestamp_ms)
-            with s._lock:
-                s._check_open()
-                plan = s._framer.push(samples, timestamp_ms)  # plan.reset: the state resets by epoch
-            if plan.frames:
-                now = self._clock()
-                q, st = self._queue, s._state
-                for f in plan.frames:
-                    q.append(_Pending(s, st, f, now))
-                self._queued[s] = self._queued.get(s, 0) + len(plan.frames)
-                self._run_due()
-            self._run_overdue()
+                return s._push(samples, timestamp_ms)
+            self._enqueue(s, samples, timestamp_ms)
             return self._take_ready()
+
+    def _stream_for(self, stream_id: Hashable) -> SignalStream:
+        """The open stream for ``stream_id``, opened if need be, now the most recently pushed."""
+        streams = self._streams
+        try:
+            s = streams.get(stream_id)
+        except TypeError:
+            _hashable(stream_id)  # InputTypeError for an unhashable id
+            raise
+        if s is None:
+            return self._open(stream_id)
+        streams.move_to_end(stream_id)
+        return s
+
+    def _enqueue(self, s: SignalStream, samples: Any, timestamp_ms: Any) -> None:
+        """Cut one push of a batching router into windows, queue them and run the batches now due,
+        then those overdue. The clock is read once per push that queues windows or finds some queued,
+        and again only after a batch ran (time passed), as often as the overdue check needs it."""
+        with s._lock:
+            s._check_open()
+            f = s._framer.push_steady(samples, timestamp_ms)
+            if f is not None:
+                frames: list[_Frame] = [f]
+            else:
+                frames = s._framer.push(samples, timestamp_ms).frames  # a reset is applied by epoch (_RowState)
+        q = self._queue
+        now: float | None = None
+        if frames:
+            now = self._clock()
+            st = s._state
+            for f in frames:
+                q.append(_tnew(_Pending, (s, st, f, now)))
+            queued = self._queued
+            queued[s] = queued.get(s, 0) + len(frames)
+            if self._run_due():
+                now = None
+        if not q:
+            return
+        if now is None:
+            now = self._clock()
+        max_wait = self.max_wait_ms
+        while (now - q[0].enqueued_s) * 1000.0 >= max_wait:  # _run_overdue, on the reading above
+            self._run_batch(self._take())
+            if not q:
+                return
+            now = self._clock()
 
     def poll(self) -> list[WindowResult]:
         """Run queued windows if the oldest has waited ``max_wait_ms`` (and return any
@@ -1058,11 +1171,14 @@ class StreamRouter:
         out, self._ready = self._ready, []
         return out
 
-    def _run_due(self) -> None:
-        """Run full batches, and partial ones while more than max_pending windows wait."""
+    def _run_due(self) -> bool:
+        """Run full batches, and partial ones while more than max_pending windows wait. True if any ran."""
         k, q = self.batch_size, self._queue
+        ran = False
         while (len(self._queued) if self._distinct else len(q)) >= k or len(q) > self.max_pending:
             self._run_batch(self._take())
+            ran = True
+        return ran
 
     def _run_overdue(self) -> None:
         q = self._queue
@@ -1112,7 +1228,8 @@ class StreamRouter:
         b = self._b
         n = len(rows)
         feeds = dict(b.constants)
-        feeds[b.input_name] = rows[0].frame.data if n == 1 else np.concatenate([p.frame.data for p in rows])
+        frames = [p.frame for p in rows]
+        feeds[b.input_name] = frames[0].data if n == 1 else np.concatenate([f.data for f in frames])
         pairs = b.pairs
         if pairs:
             states = []
@@ -1123,11 +1240,13 @@ class StreamRouter:
                     st.arrays, st.epoch = b.row_init, p.frame.epoch
                 states.append(st.arrays)
             for name, _, ax in pairs:
-                feeds[name] = np.concatenate([a[name] for a in states], axis=ax)
+                feeds[name] = states[0][name] if n == 1 else np.concatenate([a[name] for a in states], axis=ax)
         r = b.model._predict_made(feeds)  # windows checked at their push, constants when bound, states the model made
         outs = r.outputs
         state_out = {o: (i, ax) for i, o, ax in pairs if ax is not None}  # all of them: check_batching
-        split = []  # (output name, its n rows as views of one array, state input it feeds or None)
+        names: list[str] = []  # each output's name, and its n rows as views of one array
+        cols: list[list[np.ndarray]] = []
+        feeds_state: list[tuple[int, str]] = []  # (position in names, the state input that output feeds)
         for name, v in outs.items():
             i_name, ax = state_out.get(name, (None, 0))
             if v.ndim <= ax or v.shape[ax] != n:
@@ -1139,22 +1258,27 @@ class StreamRouter:
             # made contiguous (one copy per call) and become the streams' states as they are.
             row_shape = v.shape[:ax] + (1,) + v.shape[ax + 1 :]
             lead = np.ascontiguousarray(np.moveaxis(v, ax, 0)) if ax else v
-            split.append((name, list(lead.reshape((n,) + row_shape)), i_name))
+            if i_name is not None:
+                feeds_state.append((len(names), i_name))
+            names.append(name)
+            cols.append(list(lead.reshape((n,) + row_shape)))
         dec = r.decoded
         assert dec is None or isinstance(dec, tuple)  # check_batching refuses detection and segmentation decoders
-        rest = (r.timings, r.variant_id, r.backend, r.model_name, r.model_version, r.model_sha256, n, r.transform)
+        # Each row's Result is the call's (timings, provenance, ...) but for outputs, decoded and batch_size (n).
         R = type(r)
+        rest = (*r[2:8], n, *r[9:])
         dur = self.options.window_ms
-        ready = self._ready
-        for i, p in enumerate(rows):
-            o = {name: col[i] for name, col, _ in split}
-            if pairs:
+        decs = [None] * n if dec is None else [(d,) for d in dec]
+        rows_out = list(zip(*cols))  # per row: its view of every output, in names' order
+        if pairs:
+            for p, vals in zip(rows, rows_out):
                 st = p.state
                 assert st is not None  # as above
-                st.arrays = {i_name: col[i] for _, col, i_name in split if i_name is not None}
-            f = p.frame
-            res = R(o, (dec[i],) if dec is not None else None, *rest)
-            ready.append(WindowResult(p.stream.stream_id, f.window, f.start_sample, f.timestamp_ms, dur, f.epoch, f.filled, res))
+                st.arrays = {i_name: vals[j] for j, i_name in feeds_state}
+        self._ready += [
+            _tnew(WindowResult, (p.stream.stream_id, f.window, f.start_sample, f.timestamp_ms, dur, f.epoch, f.filled, _tnew(R, (dict(zip(names, vals)), d, *rest))))
+            for p, f, vals, d in zip(rows, frames, rows_out, decs)
+        ]
 
     # -- events -----------------------------------------------------------------------------
 
