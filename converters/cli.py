@@ -159,10 +159,12 @@ def _parse_preprocess(text: str) -> Any:
                 d[k] = int(v)
             elif k == "crop_fraction":
                 d[k] = float(v)
-            elif k in ("resize", "color", "interpolation"):
+            elif k in ("resize", "color", "interpolation", "sampling_grid"):
                 d[k] = v
             else:
-                raise SystemExit(f"edge-convert: --preprocess: unknown key {k!r} (size, resize, color, mean, std, scale, pad_value, crop_fraction, interpolation)")
+                raise SystemExit(
+                    f"edge-convert: --preprocess: unknown key {k!r} (size, resize, color, mean, std, scale, pad_value, crop_fraction, interpolation, sampling_grid)"
+                )
         except ValueError:
             raise SystemExit(f"edge-convert: --preprocess: bad value for {k}: {v!r}") from None
     if "size_hw" not in d:
@@ -411,7 +413,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="--task detection: how the raw head is decoded for box recall/IoU (auto: from the output shapes, said in a note; "
         "yolov8 [B, 4+C, N] or [B, N, 4+C], yolov5 [B, N, 5+C], ssd boxes [B, N, 4] + scores [B, N, C], blazeface, rows [B, N, 6])",
     )  # fmt: skip
-    p.add_argument("--preprocess", help="image input: size=HxW,resize=stretch|letterbox|center_crop,color=RGB|BGR|GRAY,mean=a:b:c,std=a:b:c,scale=s,interpolation=linear|area|nearest|cubic")
+    p.add_argument("--preprocess", help="image input: size=HxW,resize=stretch|letterbox|center_crop,color=RGB|BGR|GRAY,mean=a:b:c,std=a:b:c,scale=s,interpolation=linear|area|nearest|cubic,sampling_grid=centers|top_left")
     p.add_argument(
         "--dim", action="append", default=[], metavar="NAME=MIN:MAX",
         help="bounds of a dynamic input dim (default: the smallest and largest size the calibration and validation samples show)",

@@ -84,3 +84,71 @@ def test_the_reference_resize_is_opencvs_convention_not_a_look_alike() -> None:
     assert up == [0, 25, 75, 100]
     with pytest.raises(ImageError, match="'linear' and 'nearest'"):
         resize_reference(row, (2, 1), "cubic")
+
+
+@pytest.mark.parametrize("photo,size,resize", [(p, s, r) for p in PHOTOS for s, r in itertools.product([(128, 128), (96, 128), (300, 640)], ["stretch", "letterbox", "center_crop"])])
+def test_top_left_grid_equals_reference_on_photographs(photo, size, resize) -> None:
+    """sampling_grid="top_left" (MediaPipe's and TF1's grid): the warpAffine fast path against the
+    reference, and a real shift against the default grid (half a model pixel, not a look-alike)."""
+    img = PHOTOS[photo]
+    n = 1 if img.ndim == 2 else 3
+    pre = ImagePreprocess(size, resize=resize, mean=(0.5,) * n, std=(0.5,) * n, pad_value=0, sampling_grid="top_left", color="GRAY" if n == 1 else "RGB")
+    sp = TensorSpec("image", "uint8", (1, *size, n), "NHWC", preprocess=pre)
+    fast, tf = preprocess_image(img, sp)
+    ref = preprocess_image_reference(img, sp)
+    assert fast.shape == ref.shape
+    diff = np.abs(fast.astype(np.int16) - ref.astype(np.int16))
+    # OpenCV's fixed-point coordinates land on a neighbouring 1/32 pixel now and then: a few grey levels at
+    # a steep edge, on a few pixels in a thousand; most differ by the weights' rounding alone
+    assert diff.max() <= 8 and (diff > 1).mean() < 0.005 and (diff > 0).mean() < 0.25, (diff.max(), (diff > 1).mean(), (diff > 0).mean())
+    centers = TensorSpec("image", "uint8", (1, *size, n), "NHWC", preprocess=ImagePreprocess(size, resize=resize, mean=pre.mean, std=pre.std, pad_value=0, color=pre.color))
+    other, tf_c = preprocess_image(img, centers)
+    assert (tf.scale_xy, tf.pad_xy) == (tf_c.scale_xy, tf_c.pad_xy)  # same geometry: only where pixels are sampled differs
+    shifted = np.abs(other.astype(np.int16) - fast.astype(np.int16))
+    if tf.scale_xy == (1.0, 1.0):  # no resize (a 300-pixel-high photo letterboxed to 300 high): both grids are the pixels
+        assert shifted.max() == 0
+    else:
+        assert shifted.max() > 8 and shifted.mean() > 4 * diff.mean(), (shifted.mean(), diff.mean())
+
+
+def test_top_left_grid_samples_at_k_over_scale() -> None:
+    # 8 -> 2 (scale 1/4): output pixel k samples source 4k exactly (top_left), not 4k + 1.5 (centres)
+    row = np.array([[[0], [10], [20], [30], [40], [50], [60], [70]]], np.uint8)
+    pre = ImagePreprocess((1, 2), resize="stretch", color="GRAY", mean=(0.0,), std=(1.0,), sampling_grid="top_left")
+    sp = TensorSpec("image", "uint8", (1, 1, 2, 1), "NHWC", preprocess=pre)
+    assert preprocess_image(row, sp)[0][0, 0, :, 0].tolist() == [0, 40] == preprocess_image_reference(row, sp)[0, 0, :, 0].tolist()
+
+
+def test_top_left_grid_is_linear_only_and_written_only_when_set() -> None:
+    from edge_sdk.errors import ManifestError
+
+    base = {"kind": "image", "size_hw": [8, 8]}
+    assert ImagePreprocess.from_dict(base, "x").sampling_grid == "centers"
+    assert "sampling_grid" not in ImagePreprocess.from_dict(base, "x").to_dict()  # a package without it stays readable by older SDKs
+    tl = ImagePreprocess.from_dict({**base, "sampling_grid": "top_left"}, "x")
+    assert tl.to_dict()["sampling_grid"] == "top_left" and ImagePreprocess.from_dict(tl.to_dict(), "x") == tl
+    with pytest.raises(ManifestError, match="x.sampling_grid: 'top_left' samples with interpolation 'linear' only, got interpolation 'area'"):
+        ImagePreprocess.from_dict({**base, "sampling_grid": "top_left", "interpolation": "area"}, "x")
+    with pytest.raises(ManifestError, match="x.sampling_grid"):
+        ImagePreprocess.from_dict({**base, "sampling_grid": "corners"}, "x")
+    sp = TensorSpec("image", "uint8", (1, 8, 8, 3), "NHWC", preprocess=ImagePreprocess((8, 8), interpolation="cubic", sampling_grid="top_left"))
+    with pytest.raises(ImageError, match="'linear' only"):
+        preprocess_image(np.zeros((16, 16, 3), np.uint8), sp)
+
+
+def test_the_converter_and_pull_carry_the_grid() -> None:
+    """``edge-convert --preprocess ...,sampling_grid=top_left`` and the ``--preprocess`` argument
+    ``edge-sdk pull --quantize`` builds from a catalog manifest keep the grid (the catalog's BlazeFace sets it)."""
+    from converters.cli import _parse_preprocess
+    from edge_sdk.store.catalog import load_catalog
+    from edge_sdk.store.recipes import _preprocess_arg
+
+    pre = _parse_preprocess("size=128x128,resize=letterbox,mean=0.5:0.5:0.5,std=0.5:0.5:0.5,pad_value=0,sampling_grid=top_left")
+    assert pre.sampling_grid == "top_left" and pre.pad_value == 0
+    face = load_catalog()["mediapipe-face-detection-short-range"].manifest
+    assert face is not None
+    table = face["inputs"][0]["preprocess"]
+    assert table["sampling_grid"] == "top_left"
+    assert _parse_preprocess(_preprocess_arg(table)) == ImagePreprocess.from_dict(table, "catalog")
+    with pytest.raises(SystemExit, match="sampling_grid"):
+        _parse_preprocess("size=8x8,grid=top_left")

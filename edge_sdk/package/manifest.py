@@ -25,6 +25,7 @@ BACKEND_FORMATS = {"onnxruntime": "onnx", "litert": "tflite"}
 LAYOUTS = ("NCHW", "NHWC", "NC", "NLC", "NCL")
 RESIZE_MODES = ("stretch", "letterbox", "center_crop")
 INTERPOLATIONS = ("linear", "area", "nearest", "cubic")
+SAMPLING_GRIDS = ("centers", "top_left")
 COLOR_ORDERS = ("RGB", "BGR", "GRAY")
 DECODERS = ("raw", "classification", "detection", "segmentation")
 # Extra [decoder] keys each kind accepts (checked: a typo is an error, not a silent default).
@@ -138,6 +139,16 @@ class ImagePreprocess:
     "cubic". Float inputs get ``x * scale``, then
     ``(x - mean) / std`` per channel; uint8 inputs get the resized pixels as
     they are; int8 inputs get ``pixel - 128``.
+
+    ``sampling_grid``: where output pixel ``k`` samples the source, for a model
+    whose accuracy depends on it. "centers" (default): pixel centres align,
+    source ``(k + 0.5) / scale - 0.5`` (OpenCV's resize, PIL, PyTorch with
+    ``align_corners=False``, TF2's ``half_pixel_centers=True``). "top_left":
+    source ``k / scale`` (TF1's ``resize_bilinear``, and MediaPipe's
+    ImageToTensorCalculator, which warps the ROI's corners onto the tensor's;
+    MediaPipe's own models expect it: BlazeFace's boxes lie half a model pixel
+    off with "centers"); "linear" only, the padding blended in at the border as
+    MediaPipe does.
     """
 
     size_hw: tuple[int, int]
@@ -149,6 +160,7 @@ class ImagePreprocess:
     pad_value: int = 114
     crop_fraction: float = 0.875
     interpolation: str = "linear"
+    sampling_grid: str = "centers"
 
     @property
     def channels(self) -> int:
@@ -159,7 +171,7 @@ class ImagePreprocess:
     def from_dict(cls, d: Mapping[str, Any], where: str) -> "ImagePreprocess":
         """Parse an input's ``preprocess`` table; :class:`~edge_sdk.errors.ManifestError` (naming ``where``) for an unknown key or a bad
         value."""
-        _no_unknown(d, ("kind", "size_hw", "resize", "color", "scale", "mean", "std", "pad_value", "crop_fraction", "interpolation"), where)
+        _no_unknown(d, ("kind", "size_hw", "resize", "color", "scale", "mean", "std", "pad_value", "crop_fraction", "interpolation", "sampling_grid"), where)
         kind = _req(d, "kind", str, where)
         _choice(kind, ("image",), f"{where}.kind")
         size = _req(d, "size_hw", list, where)
@@ -185,6 +197,10 @@ class ImagePreprocess:
         pad = _opt(d, "pad_value", int, where, 114)
         if not 0 <= pad <= 255:
             raise ManifestError(f"{where}.pad_value: expected 0..255, got {pad}")
+        interpolation = _choice(_opt(d, "interpolation", str, where, "linear"), INTERPOLATIONS, f"{where}.interpolation")
+        grid = _choice(_opt(d, "sampling_grid", str, where, "centers"), SAMPLING_GRIDS, f"{where}.sampling_grid")
+        if grid == "top_left" and interpolation != "linear":
+            raise ManifestError(f"{where}.sampling_grid: 'top_left' samples with interpolation 'linear' only, got interpolation {interpolation!r}")
         return cls(
             size_hw=(size[0], size[1]),
             resize=_choice(_opt(d, "resize", str, where, "stretch"), RESIZE_MODES, f"{where}.resize"),
@@ -194,7 +210,8 @@ class ImagePreprocess:
             std=std,
             pad_value=pad,
             crop_fraction=crop,
-            interpolation=_choice(_opt(d, "interpolation", str, where, "linear"), INTERPOLATIONS, f"{where}.interpolation"),
+            interpolation=interpolation,
+            sampling_grid=grid,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -210,6 +227,8 @@ class ImagePreprocess:
             "pad_value": self.pad_value,
             "crop_fraction": self.crop_fraction,
             "interpolation": self.interpolation,
+            # written only when not the default, so that a package that does not use it stays readable by SDKs before it
+            **({"sampling_grid": self.sampling_grid} if self.sampling_grid != "centers" else {}),
         }
 
 

@@ -207,6 +207,28 @@ def _affine(pre: ImagePreprocess) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
+def _warp_top_left(cv2: Any, img: np.ndarray, pre: Any, src_h: int, src_w: int) -> tuple[np.ndarray, ImageTransform]:
+    """``pre``'s resize on the "top_left" grid: output pixel ``k`` samples source ``(k - pad) / scale``
+    (one ``cv2.warpAffine``, bilinear, the padding value outside the image, blended at its border:
+    MediaPipe's ImageToTensorCalculator on the CPU, a ``cv2.warpPerspective`` of the ROI's corners)."""
+    if pre.interpolation != "linear":
+        raise ImageError(f"sampling_grid 'top_left' samples with interpolation 'linear' only, got {pre.interpolation!r}")
+    th, tw = pre.size_hw
+    if pre.resize == "stretch":
+        sx, sy, px, py = tw / src_w, th / src_h, 0, 0
+    elif pre.resize == "letterbox":
+        s = min(th / src_h, tw / src_w)
+        nh, nw = max(1, round(src_h * s)), max(1, round(src_w * s))
+        sx, sy, px, py = nw / src_w, nh / src_h, (tw - nw) // 2, (th - nh) // 2
+    else:  # center_crop
+        s = max(th, tw) / pre.crop_fraction / min(src_h, src_w)
+        nh, nw = max(th, round(src_h * s)), max(tw, round(src_w * s))
+        sx, sy, px, py = nw / src_w, nh / src_h, -((nw - tw) // 2), -((nh - th) // 2)
+    m = np.array([[sx, 0.0, px], [0.0, sy, py]], np.float64)
+    out = cv2.warpAffine(img, m, (tw, th), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=(pre.pad_value,) * 4)
+    return out, ImageTransform((src_h, src_w), (sx, sy), (float(px), float(py)))
+
+
 def preprocess_image(
     img: np.ndarray, spec: TensorSpec, *, color: str = "RGB", max_pixels: int = MAX_IMAGE_PIXELS
 ) -> tuple[np.ndarray, ImageTransform]:
@@ -266,7 +288,9 @@ def _preprocess(img: np.ndarray, spec: TensorSpec, color: str, max_pixels: int) 
     th, tw = pre.size_hw
     _check_alloc(f"the output of input {spec.name!r}", th, tw, (src_h, src_w), max_pixels)
     interp = {"linear": cv2.INTER_LINEAR, "area": cv2.INTER_AREA, "nearest": cv2.INTER_NEAREST, "cubic": cv2.INTER_CUBIC}[pre.interpolation]
-    if pre.resize == "stretch":
+    if pre.sampling_grid == "top_left":
+        out, tf = _warp_top_left(cv2, rgb, pre, src_h, src_w)
+    elif pre.resize == "stretch":
         out = cv2.resize(rgb, (tw, th), interpolation=interp)
         tf = ImageTransform((src_h, src_w), (tw / src_w, th / src_h), (0.0, 0.0))
     elif pre.resize == "letterbox":

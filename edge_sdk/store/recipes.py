@@ -73,7 +73,8 @@ CONVERT_TIMEOUT_S = 1800.0
 _CONVERTER_TASK = {"detection": "detection", "segmentation": "segmentation", "classification": "classification", "audio": "audio"}
 #: The ``--preprocess`` keys of ``edge-convert quantize`` (converters/cli.py), in the manifest's spelling.
 _PREPROCESS_KEYS = {"size_hw": "size", "resize": "resize", "color": "color", "mean": "mean", "std": "std", "scale": "scale",
-                    "pad_value": "pad_value", "crop_fraction": "crop_fraction", "interpolation": "interpolation"}  # fmt: skip
+                    "pad_value": "pad_value", "crop_fraction": "crop_fraction", "interpolation": "interpolation",
+                    "sampling_grid": "sampling_grid"}  # fmt: skip
 
 
 @dataclass
