@@ -757,26 +757,16 @@ class Stream:
     def _predict_made(self, feeds: dict[str, np.ndarray]) -> Result:
         """:meth:`predict` on non-state feeds the SDK assembled to the model's specs (see
         :meth:`Model._predict_made`: not validated again), with this stream's state added."""
-        m = self._model
-        with self._lock:
-            t0 = time.perf_counter_ns()
-            feeds.update(self._state)
-            try:
-                r = m._finish(feeds, t0, t0, None, None)
-            except Exception as e:
-                m._failed(e, "stream")
-                raise
-            self._state = {p.input: np.ascontiguousarray(r.outputs[p.output]) for p in self._pairs}
-            return r
+        return self._call(feeds, False, None, made=True)
 
-    def _call(self, inputs: np.ndarray | Mapping[str, np.ndarray], finite: bool, top_k: int | None) -> Result:
+    def _call(self, inputs: Any, finite: bool, top_k: int | None, made: bool = False) -> Result:
         m = self._model
         with self._lock:
             t0 = time.perf_counter_ns()
             try:
-                feeds = m._validate(inputs, skip=m._state_inputs, finite=finite)
+                feeds = inputs if made else m._validate(inputs, skip=m._state_inputs, finite=finite)
                 feeds.update(self._state)
-                t1 = time.perf_counter_ns()
+                t1 = t0 if made else time.perf_counter_ns()
                 r = m._finish(feeds, t0, t1, top_k, None)
             except Exception as e:
                 m._failed(e, "stream")
