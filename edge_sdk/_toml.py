@@ -71,6 +71,16 @@ def loads(text: str, *, max_chars: int = MAX_TOML_CHARS) -> dict[str, Any]:
         raise parser.TOMLDecodeError("TOML arrays/inline tables nested too deeply (expected a flat manifest-style document)") from None
 
 
+def cache_root() -> Path:
+    """The edge_sdk cache folder: ``$EDGE_SDK_CACHE`` or ``$XDG_CACHE_HOME/edge_sdk`` or ``~/.cache/edge_sdk``
+    (here, below every layer that keeps files in it; :func:`edge_sdk.package.default_cache_dir` returns it)."""
+    env = os.environ.get("EDGE_SDK_CACHE")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "edge_sdk"
+
+
 class JsonStore:
     """A small cache file of JSON values by key (a digest), for work a fresh process would otherwise
     redo: parsed TOML documents (manifests, device profiles) and model-file scans.
@@ -82,15 +92,30 @@ class JsonStore:
     answered from here. Only values that JSON gives back unchanged are kept (``put`` of a tuple, a
     date or a non-finite float is a no-op). Writes replace the file atomically; a read-only folder
     only means the work is done again. The folder is trusted as the sandbox's ``sandbox-ok`` marks
-    are: it is the user's own cache. Not thread-safe: callers hold a lock."""
+    are: it is the user's own cache. Thread-safe. :meth:`shared` gives one store per file and
+    process (the file is read once)."""
 
     MAX_ENTRIES = 256
+    _SHARED: dict[tuple[Path, str], "JsonStore"] = {}
+    _SHARED_LOCK = threading.Lock()
+
+    @classmethod
+    def shared(cls, path: Path, tag: str) -> "JsonStore":
+        """This process's store for ``path`` with ``tag`` (read from the file on first use)."""
+        with cls._SHARED_LOCK:
+            store = cls._SHARED.get((path, tag))
+            if store is None:
+                if len(cls._SHARED) >= 8:
+                    cls._SHARED.clear()
+                store = cls._SHARED[(path, tag)] = cls(path, tag)
+            return store
 
     def __init__(self, path: Path, tag: str) -> None:
         self.path = path
         self.tag = tag
         self.entries: dict[str, Any] = {}
         self.dirty = False
+        self._lock = threading.Lock()
         try:
             with open(path, "rb") as f:
                 data = json.loads(f.read())
@@ -101,7 +126,8 @@ class JsonStore:
 
     def get(self, key: str) -> Any:
         """The value stored under ``key``, or None (none, or a damaged entry)."""
-        entry = self.entries.get(key)
+        with self._lock:
+            entry = self.entries.get(key)
         if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str) and isinstance(entry[1], str)):
             return None
         text, check = entry
@@ -120,17 +146,20 @@ class JsonStore:
             return
         if json.loads(text) != value:
             return
-        if len(self.entries) >= self.MAX_ENTRIES:
-            self.entries.clear()
-        self.entries[key] = [text, hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()]
-        self.dirty = True
+        entry = [text, hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()]
+        with self._lock:
+            if len(self.entries) >= self.MAX_ENTRIES:
+                self.entries.clear()
+            self.entries[key] = entry
+            self.dirty = True
 
     def flush(self) -> None:
         """Write what :meth:`put` added since the last flush (nothing when nothing was added)."""
-        if not self.dirty:
-            return
-        self.dirty = False
-        body = json.dumps({"tag": self.tag, "entries": self.entries})
+        with self._lock:
+            if not self.dirty:
+                return
+            self.dirty = False
+            body = json.dumps({"tag": self.tag, "entries": self.entries})
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")

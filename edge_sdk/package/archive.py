@@ -49,6 +49,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, BinaryIO, Callable, Iterator
 
 from .._filestamp import RACY_WINDOW_NS, Stamp, settled, stamp
+from .._toml import cache_root
 from ..errors import IntegrityError, ManifestError, ModelFormatError, ModelPackageError, UnsafePackageError
 from .manifest import MANIFEST_NAME, FileRef, Variant, check_relpath
 from .modelfile import PICKLE_SCAN_BYTES, looks_pickled
@@ -286,11 +287,7 @@ def _read_at_most(f: IO[bytes], n: int) -> bytes:
 
 def default_cache_dir() -> Path:
     """``$EDGE_SDK_CACHE`` or ``$XDG_CACHE_HOME/edge_sdk`` or ``~/.cache/edge_sdk``."""
-    env = os.environ.get("EDGE_SDK_CACHE")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "edge_sdk"
+    return cache_root()
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -91,30 +90,10 @@ _SCANS_MAX = 64
 #: entry that does not describe a well-formed result is ignored and rewritten.
 SCAN_CACHE_NAME = "package-scans.json"
 _SCAN_CACHE_TAG = f"package-scans 1, edge_sdk {__version__}"
-_STORES: dict[Path, _toml.JsonStore] = {}
-_STORE_LOCK = threading.Lock()
 
 
 def _store(cache_dir: Path | None) -> _toml.JsonStore:
-    path = (cache_dir if cache_dir is not None else default_cache_dir()) / SCAN_CACHE_NAME
-    with _STORE_LOCK:
-        store = _STORES.get(path)
-        if store is None:
-            if len(_STORES) >= 8:
-                _STORES.clear()
-            store = _STORES[path] = _toml.JsonStore(path, _SCAN_CACHE_TAG)
-        return store
-
-
-def _stored(store: _toml.JsonStore, key: str) -> Any:
-    with _STORE_LOCK:
-        return store.get(key)
-
-
-def _remember(store: _toml.JsonStore, key: str, value: Any) -> None:
-    with _STORE_LOCK:
-        store.put(key, value)
-        store.flush()
+    return _toml.JsonStore.shared((cache_dir if cache_dir is not None else default_cache_dir()) / SCAN_CACHE_NAME, _SCAN_CACHE_TAG)
 
 
 def _is_int(x: Any) -> bool:
@@ -217,31 +196,37 @@ def _scanned(kind: str, sha256: str, data: Buffer, scan: Callable[[Buffer], Any]
     if got is None:
         skey = f"{kind}:{sha256}"
         if store is not None:
-            got = _scan_from_json(kind, _stored(store, skey))
+            got = _scan_from_json(kind, store.get(skey))
         if got is None:
             got = scan(data)
             if store is not None:
                 j = _scan_to_json(kind, got)
                 if j is not None:
-                    _remember(store, skey, j)
+                    store.put(skey, j)
+                    store.flush()
         if len(_SCANS) >= _SCANS_MAX:
             _SCANS.clear()
         _SCANS[key] = got
     return got
 
 
-def _parse_manifest(raw: bytes, digest: str, store: _toml.JsonStore | None) -> tuple[dict[str, Any], bool]:
-    """``raw`` as ``_toml.loads(raw.decode("utf-8"))`` gives it (the same errors), or the document parsed from
-    the same bytes before (``store``, by their sha256); and whether it came from ``store``."""
+def _parse_manifest(mpath: Path, raw: bytes, digest: str, store: _toml.JsonStore) -> Manifest:
+    """The manifest whose bytes are ``raw``: from its document in ``store`` (by their sha256) when that
+    validates, else parsed and remembered (the errors of a first open)."""
     key = f"manifest:{digest}"
-    if store is not None:
-        doc = _stored(store, key)
-        if isinstance(doc, dict):
-            return doc, True
-    doc = _toml.loads(raw.decode("utf-8"))
-    if store is not None:
-        _remember(store, key, doc)
-    return doc, False
+    doc = store.get(key)
+    if isinstance(doc, dict):
+        try:
+            return Manifest.from_dict(doc, source=str(mpath.name))
+        except ManifestError:
+            pass  # a cached document is not trusted to be wrong: the bytes decide
+    try:
+        doc = _toml.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, _toml.TOMLDecodeError) as e:
+        raise ManifestError(f"{mpath}: not valid UTF-8 TOML: {e}") from e
+    store.put(key, doc)
+    store.flush()
+    return Manifest.from_dict(doc, source=str(mpath.name))
 
 
 class ModelPackage:
@@ -283,17 +268,7 @@ class ModelPackage:
             raise ManifestError(f"{mpath}: manifest is over the limit of {MAX_MANIFEST_BYTES} bytes (refused after reading {len(raw)})")
         store = _store(Path(cache_dir) if cache_dir is not None else None)
         digest = hashlib.sha256(raw).hexdigest()
-        try:
-            data, cached = _parse_manifest(raw, digest, store)
-        except (UnicodeDecodeError, _toml.TOMLDecodeError) as e:
-            raise ManifestError(f"{mpath}: not valid UTF-8 TOML: {e}") from e
-        try:
-            manifest = Manifest.from_dict(data, source=str(mpath.name))
-        except ManifestError:
-            if not cached:
-                raise
-            # a cached document is not trusted to be wrong: the bytes decide (the same errors as a first open)
-            manifest = Manifest.from_dict(_parse_manifest(raw, digest, None)[0], source=str(mpath.name))
+        manifest = _parse_manifest(mpath, raw, digest, store)
         pkg = cls(root, source, manifest, digest)
         pkg._scan_store = store
         pkg._check_paths()

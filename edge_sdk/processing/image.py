@@ -207,26 +207,20 @@ def _affine(pre: ImagePreprocess) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
-def _warp_top_left(cv2: Any, img: np.ndarray, pre: Any, src_h: int, src_w: int) -> tuple[np.ndarray, ImageTransform]:
-    """``pre``'s resize on the "top_left" grid: output pixel ``k`` samples source ``(k - pad) / scale``
-    (one ``cv2.warpAffine``, bilinear, the padding value outside the image, blended at its border:
-    MediaPipe's ImageToTensorCalculator on the CPU, a ``cv2.warpPerspective`` of the ROI's corners)."""
-    if pre.interpolation != "linear":
-        raise ImageError(f"sampling_grid 'top_left' samples with interpolation 'linear' only, got {pre.interpolation!r}")
+def _geometry(pre: Any, src_h: int, src_w: int) -> tuple[int, int, int, int]:
+    """Where ``pre``'s resize puts the source: its resized size (nh, nw) and the offset (py, px) of
+    that resized image's top-left in the output (negative for a centre crop). Both sampling grids."""
     th, tw = pre.size_hw
     if pre.resize == "stretch":
-        sx, sy, px, py = tw / src_w, th / src_h, 0, 0
-    elif pre.resize == "letterbox":
+        return th, tw, 0, 0
+    if pre.resize == "letterbox":
         s = min(th / src_h, tw / src_w)
         nh, nw = max(1, round(src_h * s)), max(1, round(src_w * s))
-        sx, sy, px, py = nw / src_w, nh / src_h, (tw - nw) // 2, (th - nh) // 2
-    else:  # center_crop
-        s = max(th, tw) / pre.crop_fraction / min(src_h, src_w)
-        nh, nw = max(th, round(src_h * s)), max(tw, round(src_w * s))
-        sx, sy, px, py = nw / src_w, nh / src_h, -((nw - tw) // 2), -((nh - th) // 2)
-    m = np.array([[sx, 0.0, px], [0.0, sy, py]], np.float64)
-    out = cv2.warpAffine(img, m, (tw, th), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=(pre.pad_value,) * 4)
-    return out, ImageTransform((src_h, src_w), (sx, sy), (float(px), float(py)))
+        return nh, nw, (th - nh) // 2, (tw - nw) // 2
+    # center_crop: scale the short side to size/crop_fraction, then crop the centre
+    s = max(th, tw) / pre.crop_fraction / min(src_h, src_w)
+    nh, nw = max(th, round(src_h * s)), max(tw, round(src_w * s))
+    return nh, nw, -((nh - th) // 2), -((nw - tw) // 2)
 
 
 def preprocess_image(
@@ -288,27 +282,26 @@ def _preprocess(img: np.ndarray, spec: TensorSpec, color: str, max_pixels: int) 
     th, tw = pre.size_hw
     _check_alloc(f"the output of input {spec.name!r}", th, tw, (src_h, src_w), max_pixels)
     interp = {"linear": cv2.INTER_LINEAR, "area": cv2.INTER_AREA, "nearest": cv2.INTER_NEAREST, "cubic": cv2.INTER_CUBIC}[pre.interpolation]
+    nh, nw, py, px = _geometry(pre, src_h, src_w)
+    tf = ImageTransform((src_h, src_w), (nw / src_w, nh / src_h), (float(px), float(py)))
     if pre.sampling_grid == "top_left":
-        out, tf = _warp_top_left(cv2, rgb, pre, src_h, src_w)
+        # output pixel k samples source (k - pad) / scale: one warpAffine, bilinear, the padding value outside the
+        # image blended at its border (MediaPipe's ImageToTensorCalculator on the CPU: a cv2.warpPerspective of
+        # the ROI's corners onto the tensor's)
+        if pre.interpolation != "linear":
+            raise ImageError(f"sampling_grid 'top_left' samples with interpolation 'linear' only, got {pre.interpolation!r}")
+        m = np.array([[nw / src_w, 0.0, px], [0.0, nh / src_h, py]], np.float64)
+        out = cv2.warpAffine(rgb, m, (tw, th), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=(pre.pad_value,) * 4)
     elif pre.resize == "stretch":
         out = cv2.resize(rgb, (tw, th), interpolation=interp)
-        tf = ImageTransform((src_h, src_w), (tw / src_w, th / src_h), (0.0, 0.0))
     elif pre.resize == "letterbox":
-        s = min(th / src_h, tw / src_w)
-        nh, nw = max(1, round(src_h * s)), max(1, round(src_w * s))
         resized = cv2.resize(rgb, (nw, nh), interpolation=interp)
         out = np.full((th, tw, rgb.shape[2]), pre.pad_value, dtype=np.uint8)
-        py, px = (th - nh) // 2, (tw - nw) // 2
         out[py : py + nh, px : px + nw] = resized.reshape(nh, nw, -1)
-        tf = ImageTransform((src_h, src_w), (nw / src_w, nh / src_h), (float(px), float(py)))
-    else:  # center_crop: scale the short side to size/crop_fraction, then crop the centre
-        s = max(th, tw) / pre.crop_fraction / min(src_h, src_w)
-        nh, nw = max(th, round(src_h * s)), max(tw, round(src_w * s))
+    else:  # center_crop
         _check_alloc("center_crop's resized image (before the crop)", nh, nw, (src_h, src_w), max_pixels)
         resized = cv2.resize(rgb, (nw, nh), interpolation=interp).reshape(nh, nw, -1)
-        py, px = (nh - th) // 2, (nw - tw) // 2
-        out = resized[py : py + th, px : px + tw]
-        tf = ImageTransform((src_h, src_w), (nw / src_w, nh / src_h), (float(-px), float(-py)))
+        out = resized[-py : -py + th, -px : -px + tw]
     if out.ndim == 2:
         out = out[:, :, None]
     if out.shape[2] == 1 and pre.channels == 3:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Union
 
 from edge_sdk._filestamp import RACY_WINDOW_NS, Stamp, settled, stamp
-from edge_sdk._toml import JsonStore
+from edge_sdk._toml import JsonStore, cache_root
 from edge_sdk._toml import _parser as _toml_parser
 from edge_sdk._version import __version__
 from edge_sdk.errors import ProfileError
@@ -428,17 +428,7 @@ _RACY_NS = RACY_WINDOW_NS
 _PARSED_LOCK = threading.Lock()
 
 
-def _cache_root() -> Path:
-    """The edge_sdk cache folder: ``$EDGE_SDK_CACHE`` or ``$XDG_CACHE_HOME/edge_sdk`` or ``~/.cache/edge_sdk``
-    (:func:`edge_sdk.package.default_cache_dir` is this folder)."""
-    env = os.environ.get("EDGE_SDK_CACHE")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "edge_sdk"
-
-
-#: The parsed-document cache across processes: ``<cache>/`` this file name (:class:`edge_sdk.JsonStore`,
+#: The parsed-document cache across processes: ``<cache>/`` this file name (:class:`edge_sdk._toml.JsonStore`,
 #: by the sha256 of each file's bytes). A fresh process otherwise parses every bundled TOML to detect
 #: its board (~20 ms for 15 profiles, tomllib's import included). Only the TOML parse is skipped: the
 #: profile is built and validated from the document every time, so its values and errors are those of
@@ -446,46 +436,29 @@ def _cache_root() -> Path:
 DOC_CACHE_NAME = "profile-docs.json"
 _DOC_CACHE_TAG = f"profile-docs 1, edge_sdk {__version__}"
 
-_DOCS: dict[Path, JsonStore] = {}  # the cache file read once per process, by its path
-
 
 def _doc_cache() -> JsonStore:
-    path = _cache_root() / DOC_CACHE_NAME
-    cache = _DOCS.get(path)
-    if cache is None:
-        if len(_DOCS) >= 8:
-            _DOCS.clear()
-        cache = _DOCS[path] = JsonStore(path, _DOC_CACHE_TAG)
-    return cache
+    return JsonStore.shared(cache_root() / DOC_CACHE_NAME, _DOC_CACHE_TAG)
 
 
-def _flush_docs() -> None:
-    with _PARSED_LOCK:
-        for cache in _DOCS.values():
-            cache.flush()
-
-
-def _parse_toml(raw: bytes, docs: JsonStore) -> tuple[dict[str, Any], bool]:
-    """``raw`` parsed as ``tomllib.load`` would (UTF-8, then TOML), or its document from ``docs``;
-    and whether it came from ``docs``."""
+def _from_bytes(path: Path, raw: bytes) -> DeviceProfile:
+    """The profile in file ``path`` whose bytes are ``raw``: from its document in the cache when that
+    validates, else parsed (``tomllib.load``'s UTF-8 then TOML) and remembered."""
+    docs = _doc_cache()
     digest = hashlib.sha256(raw).hexdigest()
-    with _PARSED_LOCK:
-        doc = docs.get(digest)
+    doc = docs.get(digest)
     if isinstance(doc, dict):
-        return doc, True
-    doc = _toml_parser().loads(raw.decode())
-    with _PARSED_LOCK:
-        docs.put(digest, doc)
-    return doc, False
-
-
-def _validated_fresh(path: Path, raw: bytes) -> DeviceProfile:
+        try:
+            return _profile_from_document(doc, path)
+        except ProfileError:
+            pass  # a cached document is not trusted to be wrong: the bytes decide
     try:
         doc = _toml_parser().loads(raw.decode())
-    except ValueError as exc:
+    except ValueError as exc:  # tomllib.TOMLDecodeError is a ValueError; so is UnicodeDecodeError, raised as tomllib.load raises it
         if isinstance(exc, _toml_parser().TOMLDecodeError):
             raise ProfileError(f"{path}: not valid TOML: {exc}") from exc
         raise
+    docs.put(digest, doc)
     try:
         return _profile_from_document(doc, path)
     except ProfileError as exc:
@@ -493,7 +466,6 @@ def _validated_fresh(path: Path, raw: bytes) -> DeviceProfile:
 
 
 def _load_file(path: Path) -> DeviceProfile:
-    docs = _doc_cache()
     try:
         with path.open("rb") as fh:
             st = os.fstat(fh.fileno())
@@ -504,21 +476,11 @@ def _load_file(path: Path) -> DeviceProfile:
                 return hit
             started = time.time_ns()
             raw = fh.read()
-        doc, cached = _parse_toml(raw, docs)
     except FileNotFoundError:
         raise ProfileError(f"{path}: no such profile file") from None
     except OSError as exc:
         raise ProfileError(f"{path}: cannot read profile: {exc}") from exc
-    except ValueError as exc:  # tomllib.TOMLDecodeError is a ValueError; so is UnicodeDecodeError, raised as tomllib.load raises it
-        if isinstance(exc, _toml_parser().TOMLDecodeError):
-            raise ProfileError(f"{path}: not valid TOML: {exc}") from exc
-        raise
-    try:
-        prof = _profile_from_document(doc, path)
-    except ProfileError as exc:
-        if not cached:
-            raise ProfileError(f"{path}: {exc}") from exc
-        prof = _validated_fresh(path, raw)  # a cached document is not trusted to be wrong: the file decides
+    prof = _from_bytes(path, raw)
     if settled(st, started, _RACY_NS):
         with _PARSED_LOCK:
             if len(_PARSED) >= _PARSED_MAX:
@@ -574,7 +536,7 @@ def load_profile(name_or_path: Union[str, os.PathLike[str]]) -> DeviceProfile:
         try:
             return _load_file(Path(name_or_path))
         finally:
-            _flush_docs()
+            _doc_cache().flush()
     if not isinstance(name_or_path, str) or not name_or_path:
         raise ProfileError(f"expected a profile name or a path to a .toml file, got {name_or_path!r}")
     known = list_profiles()
@@ -583,7 +545,7 @@ def load_profile(name_or_path: Union[str, os.PathLike[str]]) -> DeviceProfile:
     try:
         return _load_file(profiles_dir() / f"{name_or_path}.toml")
     finally:
-        _flush_docs()
+        _doc_cache().flush()
 
 
 def bundled_profiles() -> list[DeviceProfile]:
@@ -592,4 +554,4 @@ def bundled_profiles() -> list[DeviceProfile]:
     try:
         return [_load_file(directory / f"{name}.toml") for name in list_profiles()]
     finally:
-        _flush_docs()
+        _doc_cache().flush()
