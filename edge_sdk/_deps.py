@@ -5,10 +5,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ._record import frozen
 from .errors import MissingDependencyError
 
 VISION = "pip install 'edge-sdk[vision]' (opencv-python-headless, pillow)"
@@ -71,7 +71,7 @@ _ORT_MARKER = "onnxruntime/__init__.py"
 _ORT_INFO = "onnxruntime/capi/build_and_package_info.py"  # the wheel's own `package_name = '...'`
 
 
-@dataclass(frozen=True)
+@frozen
 class RuntimeBuild:
     """One installed distribution that provides a runtime module: its name, version and where its metadata is."""
 
@@ -80,7 +80,7 @@ class RuntimeBuild:
     location: str
 
 
-@dataclass(frozen=True)
+@frozen
 class RuntimeBuilds:
     """Which builds of a runtime module are installed, and which one the module on disk is.
 

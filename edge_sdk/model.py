@@ -20,12 +20,13 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence, TypeGuard, Union
 
 import numpy as np
 
+from ._record import frozen
 from .backends import sandbox as _sandbox
 from .backends.base import ModelSource, Session, SessionOptions, all_backend_status, open_session
 from .errors import (
@@ -61,7 +62,7 @@ _new = tuple.__new__
 Decoded = Union["tuple[tuple[Classification, ...], ...]", "Detections", "SegmentationMask", None]
 
 
-@dataclass(frozen=True)
+@frozen
 class LoadOptions:
     """Everything ``load`` can be told. ``None`` means "from the profile".
 

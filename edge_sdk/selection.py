@@ -44,9 +44,10 @@ instead that costs less?" with the same rules 1-5 (see its docs for the ordering
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Mapping
 
+from ._record import frozen
 from .backends.base import BackendStatus
 from .errors import SelectionError
 from .package import Benchmark, Manifest, Variant
@@ -59,7 +60,7 @@ MiB = 1024 * 1024
 PRECISION_BITS = {"fp32": 32, "fp16": 16, "int8": 8, "int4": 4}
 
 
-@dataclass(frozen=True)
+@frozen
 class Candidate:
     """One variant as the selection saw it."""
 
@@ -72,7 +73,7 @@ class Candidate:
     measured_ms: float | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class Selection:
     """The chosen candidate, every candidate with its reasons, and the profile used."""
 

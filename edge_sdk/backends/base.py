@@ -14,13 +14,14 @@ from __future__ import annotations
 import importlib
 import threading
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from types import ModuleType
 from typing import Callable, Mapping
 
 import numpy as np
 
+from .._record import frozen
 from ..errors import BackendUnavailableError, OptionsError, SessionClosedError
 
 BACKENDS: dict[str, str] = {
@@ -31,7 +32,7 @@ BACKENDS: dict[str, str] = {
 GRAPH_OPT_LEVELS = ("disable", "basic", "extended", "all")
 
 
-@dataclass(frozen=True)
+@frozen
 class TensorInfo:
     """A model tensor as the runtime reports it.
 
@@ -48,7 +49,7 @@ class TensorInfo:
     quant: tuple[float, int] | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class SessionOptions:
     """How to open a session; built from the device profile, overridable per load.
 
@@ -77,7 +78,7 @@ class SessionOptions:
             raise OptionsError(f"graph_optimization: expected one of {GRAPH_OPT_LEVELS}, got {self.graph_optimization!r}")
 
 
-@dataclass(frozen=True)
+@frozen
 class SessionInfo:
     """What a session actually runs on, for ``model.describe()`` and the CLI."""
 
@@ -95,7 +96,7 @@ class SessionInfo:
     determinism: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@frozen
 class BackendStatus:
     """Whether a backend can run here: its runtime package and version, or (``available`` false) why not in ``detail``;
     ``providers``: the execution providers the runtime offers; ``build``: the installed distribution that provides the

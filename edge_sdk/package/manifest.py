@@ -9,11 +9,12 @@ keys) and every rule that spans fields, and raises
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import PurePosixPath
 from typing import Any, Iterable, Mapping
 
 from .. import _toml
+from .._record import frozen
 from ..errors import ManifestError, UnsafePackageError
 from ..profiles import BACKENDS, PRECISIONS
 
@@ -128,7 +129,7 @@ def _hex64(v: str, where: str) -> str:
     return v
 
 
-@dataclass(frozen=True)
+@frozen
 class ImagePreprocess:
     """How an image becomes this input tensor.
 
@@ -236,7 +237,7 @@ Dim = int | str
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "float64": 8, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "int32": 4, "int64": 8, "bool": 1}
 
 
-@dataclass(frozen=True)
+@frozen
 class TensorSpec:
     """A declared model input or output.
 
@@ -360,7 +361,7 @@ class TensorSpec:
         return d
 
 
-@dataclass(frozen=True)
+@frozen
 class DecoderSpec:
     """How outputs become a typed result.
 
@@ -460,7 +461,7 @@ def _thaw(v: Any) -> Any:
     return v
 
 
-@dataclass(frozen=True)
+@frozen
 class StatePair:
     """For streaming models: ``output`` of one call feeds ``input`` of the next.
 
@@ -474,7 +475,7 @@ class StatePair:
     batch_axis: int | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class FileRef:
     """A file inside the package with its digest and size (bytes)."""
 
@@ -483,7 +484,7 @@ class FileRef:
     size: int
 
 
-@dataclass(frozen=True)
+@frozen
 class Quality:
     """How a variant compares with the reference variant on ``dataset``:
     cosine similarity and max abs error of the outputs, top-1/top-5 agreement,
@@ -546,7 +547,7 @@ class Quality:
         return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
-@dataclass(frozen=True)
+@frozen
 class Gate:
     """The quality gate a variant was held to when the package was made.
 
@@ -593,7 +594,7 @@ class Gate:
         return d
 
 
-@dataclass(frozen=True)
+@frozen
 class Benchmark:
     """A latency measured when the package was made: median ms per call of
     this variant (and of the reference, in the same run) on a machine that
@@ -650,7 +651,7 @@ def _opt_num(d: Mapping[str, Any], key: str, where: str, *, lo: float = 0.0) -> 
     return float(v)
 
 
-@dataclass(frozen=True)
+@frozen
 class GenerationSpec:
     """The ``[generation]`` table of a ``task = "text-generation"`` package: what every variant of a
     decoder-only language model shares (architecture facts the runtime checks the graph against,
@@ -747,7 +748,7 @@ class GenerationSpec:
         return d
 
 
-@dataclass(frozen=True)
+@frozen
 class VariantGeneration:
     """A text-generation variant's ``generation`` table: how its weights are stored and what one
     token costs.
@@ -828,7 +829,7 @@ class VariantGeneration:
         return d
 
 
-@dataclass(frozen=True)
+@frozen
 class Variant:
     """One runnable file of the model: backend, precision, digest, quality.
 
@@ -974,7 +975,7 @@ class Variant:
         return d
 
 
-@dataclass(frozen=True)
+@frozen
 class Golden:
     """Golden inputs and expected outputs a store health-checks a package with.
 
@@ -1028,7 +1029,7 @@ class Golden:
         return d
 
 
-@dataclass(frozen=True)
+@frozen
 class ReferenceStatsRef:
     """The manifest's ``[reference_stats]`` table: reference statistics of the inputs and outputs
     (``reference_stats.json``, written by ``edge-convert``; see docs/quality.md), covered by
@@ -1054,7 +1055,7 @@ class ReferenceStatsRef:
         return {"file": self.file, "sha256": self.sha256, "size": self.size}
 
 
-@dataclass(frozen=True)
+@frozen
 class Manifest:
     """The parsed ``edge-model.toml`` (see docs/ARCHITECTURE.md for the schema)."""
 

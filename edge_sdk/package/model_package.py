@@ -23,11 +23,11 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .. import _toml
+from .._record import frozen
 from .._version import __version__
 from ..errors import IntegrityError, ManifestError, ModelFormatError, SignatureMismatchError, UnsafePackageError
 from .archive import (
@@ -49,7 +49,7 @@ from .modelfile import Buffer, ExternalRef, OnnxInfo, TensorSig, TFLiteInfo, ins
 MAX_MANIFEST_BYTES = 4 * 1024**2
 
 
-@dataclass(frozen=True)
+@frozen
 class VerifiedModel:
     """A variant's bytes, verified against the manifest, ready for a runtime.
 

@@ -37,9 +37,10 @@ import io
 import math
 import re
 import struct
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Iterator, TypedDict, Union
 
+from .._record import frozen
 from ..errors import ModelFormatError, OptionsError, OptionsTypeError
 
 __all__ = [
@@ -109,7 +110,7 @@ _DECIMAL = re.compile(r"[0-9]+\Z")
 # --- results ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@frozen
 class TensorSig:
     """A graph input or output as the model declares it.
 
@@ -126,7 +127,7 @@ class TensorSig:
     dims: tuple[int | str | None, ...] | None
 
 
-@dataclass(frozen=True)
+@frozen
 class ExternalRef:
     """A tensor whose bytes live in another file, exactly as the model names it.
 
@@ -140,7 +141,7 @@ class ExternalRef:
     length: int | None
 
 
-@dataclass(frozen=True)
+@frozen
 class OnnxInfo:
     """What :func:`scan_onnx` found.
 
@@ -168,7 +169,7 @@ class OnnxInfo:
     weights: tuple[tuple[int, int, int], ...] = field(default=(), compare=False)
 
 
-@dataclass(frozen=True)
+@frozen
 class TFLiteInfo:
     """``version`` is the TFLite schema version; ``size`` the buffer length in bytes.
     ``weights``: ``(TensorType, total elements, largest tensor's elements)`` per tensor type of the

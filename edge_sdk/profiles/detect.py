@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
 from typing import Any, Mapping, Sequence, Union
 
 from edge_sdk.errors import ProfileError
 
+from .._record import frozen
 from .facts import HardwareFacts, read_facts
 from .profile import ARCHES, ENV_VAR, DeviceProfile, RuntimeSpec, bundled_profiles, load_profile, looks_like_path
 
@@ -31,7 +31,7 @@ def effective_memory_budget_mb(runtime: RuntimeSpec, mem_total_mb: int | None) -
     return max(1, min(runtime.memory_budget_mb, int(runtime.memory_budget_fraction * mem_total_mb)))
 
 
-@dataclass(frozen=True)
+@frozen
 class BoardMatch:
     """Which board matched: the profile in use and why (what :func:`resolve_profile` and :func:`detect` return).
 
@@ -125,7 +125,7 @@ class BoardMatch:
         }
 
 
-@dataclass(frozen=True)
+@frozen
 class _Match:
     """A profile that matched, its specificity score and why (a docstring spares dataclass an inspect.signature)."""
 

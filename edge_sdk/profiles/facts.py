@@ -17,9 +17,11 @@ import math
 import os
 import platform
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Sequence, Union
+
+from .._record import frozen
 
 _RELEASE_RE = re.compile(r"^#?\s*R(\d+)\s*\(release\),\s*REVISION:\s*([0-9][0-9.]*)")
 _MACHINE_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "x86-64": "x86_64", "arm64": "aarch64"}
@@ -56,7 +58,7 @@ def _normalise_machine(machine: str) -> str:
     return _MACHINE_ALIASES.get(value, value)
 
 
-@dataclass(frozen=True)
+@frozen
 class HardwareFacts:
     """What the machine says about itself, read from ``/proc`` and ``/sys``.
 

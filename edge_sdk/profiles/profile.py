@@ -9,7 +9,6 @@ import os
 import re
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Union
 
@@ -18,6 +17,8 @@ from edge_sdk._toml import JsonStore, cache_root
 from edge_sdk._toml import _parser as _toml_parser
 from edge_sdk._version import __version__
 from edge_sdk.errors import ProfileError
+
+from .._record import frozen
 
 SCHEMA_VERSION = 1
 ENV_VAR = "EDGE_SDK_PROFILE"
@@ -82,7 +83,7 @@ def _set(obj: object, name: str, value: Any) -> None:
 # --------------------------------------------------------------------------- specs
 
 
-@dataclass(frozen=True)
+@frozen
 class MatchSpec:
     """How to recognise a board. Every list is optional; any single hit matches.
 
@@ -111,7 +112,7 @@ class MatchSpec:
         return not (self.device_tree_model or self.device_tree_compatible or self.nv_tegra_release)
 
 
-@dataclass(frozen=True)
+@frozen
 class RuntimeSpec:
     """How to run models on the board.
 
@@ -180,7 +181,7 @@ class RuntimeSpec:
         _set(self, "memory_budget_fraction", fraction)
 
 
-@dataclass(frozen=True)
+@frozen
 class ThermalSpec:
     """Thermal zones to watch and our limits, in degrees Celsius.
 
@@ -216,7 +217,7 @@ class ThermalSpec:
             )
 
 
-@dataclass(frozen=True)
+@frozen
 class PowerSpec:
     """Power sensor and budget.
 
@@ -243,7 +244,7 @@ class PowerSpec:
             raise ProfileError(f"power.rails: expected [] when power.sensor is 'none', got {list(self.rails)!r}")
 
 
-@dataclass(frozen=True)
+@frozen
 class DeviceProfile:
     """One device profile. Immutable and validated on construction.
 

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from .._listeners import Listeners
 from .._log import get_logger
+from .._record import frozen
 from .._version import __version__ as _SDK_VERSION
 from ..errors import OptionsError
 
@@ -29,7 +30,7 @@ TYPES = ("gauge", "counter", "untyped", "histogram")
 HIST_SUFFIXES = ("_bucket", "_sum", "_count")
 
 
-@dataclass(frozen=True)
+@frozen
 class Sample:
     """One metric sample. ``name``: ``[a-zA-Z_:][a-zA-Z0-9_:]*``; ``kind``: gauge | counter |
     untyped | histogram. A histogram is exposed as its samples: ``<family>_bucket`` (with an
@@ -150,7 +151,7 @@ def _pct_key(q: float) -> str:
     return f"p{q:g}"
 
 
-@dataclass(frozen=True)
+@frozen
 class HistogramSnapshot:
     """A copy of a histogram's buckets (``counts``: N_BUCKETS counts) and sum (``sum_ns``)."""
 
@@ -284,7 +285,7 @@ _MESSAGE_CHARS = 200
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
+@frozen
 class ModelEvent:
     """Something that happened to a model (now: ``kind`` "error"): the call that failed
     (``call``: predict, predict_image, ...), the exception type and its message (cut at 200
