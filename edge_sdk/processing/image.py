@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .._deps import require_cv2
-from .._record import frozen
 from ..errors import ImageError, OptionsError
 from ..package import ImagePreprocess, TensorSpec
 from ..package.archive import file_kind
@@ -28,7 +28,7 @@ def _cv2() -> Any:
     return require_cv2("image preprocessing")
 
 
-@frozen
+@dataclass(frozen=True)  # built per frame: the generated __init__ (0.6 us) over @frozen's (1.1 us, see edge_sdk._record)
 class ImageTransform:
     """Model pixel (x, y) -> source pixel: ``((x - pad_x) / scale_x, (y - pad_y) / scale_y)``."""
 

@@ -8,9 +8,9 @@ import math
 import os
 from typing import Any, Mapping, Sequence, Union
 
+from edge_sdk._record import frozen
 from edge_sdk.errors import ProfileError
 
-from .._record import frozen
 from .facts import HardwareFacts, read_facts
 from .profile import ARCHES, ENV_VAR, DeviceProfile, RuntimeSpec, bundled_profiles, load_profile, looks_like_path
 

@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Union
 
 from edge_sdk._filestamp import RACY_WINDOW_NS, Stamp, settled, stamp
+from edge_sdk._record import frozen
 from edge_sdk._toml import JsonStore, cache_root
 from edge_sdk._toml import _parser as _toml_parser
 from edge_sdk._version import __version__
 from edge_sdk.errors import ProfileError
-
-from .._record import frozen
 
 SCHEMA_VERSION = 1
 ENV_VAR = "EDGE_SDK_PROFILE"
