@@ -454,15 +454,16 @@ class Model:
             self._failed(e, "predict")
             raise
 
-    def _predict_made(self, feeds: dict[str, np.ndarray]) -> Result:
+    def _predict_made(self, feeds: dict[str, np.ndarray], batch: int = 1) -> Result:
         """:meth:`predict` on feeds the SDK assembled to this model's specs from inputs it already
         checked, not validated again (``validate_ms`` 0): a signal stream's windows (cut to the window
         shape and dtype validated when the stream was bound, of samples refused on NaN/Inf at the push;
         stacked at most the batch bound checked then), constants validated when bound, states the
-        model itself produced. ``feeds`` is the caller's new dict, handed on as it is."""
+        model itself produced. ``feeds`` is the caller's new dict, handed on as it is; ``batch``: the
+        windows stacked in it (the Result's ``batch_size``)."""
         t0 = time.perf_counter_ns()
         try:
-            return self._finish(feeds, t0, t0, None, None)
+            return self._finish(feeds, t0, t0, None, None, batch=batch)
         except Exception as e:
             self._failed(e, "stream")
             raise

@@ -41,18 +41,28 @@ windows of several streams as one batch: any model with a dynamic batch dim, sta
 too when the manifest's state pairs declare ``batch_axis`` (each stream's state is stacked on
 that axis for the call and split back after it; one window per stream per call).
 
+A server of many streams that gets every stream's chunk at once pushes them in one call,
+``router.push_block(ids, chunks, timestamps)`` (``chunks``: [k, n] mono): the same windows,
+states and results as a ``push`` per chunk, with the clocks, cuts and states of the steady
+streams handled as arrays, returned as one :class:`WindowBlock` of columns::
+
+    block = router.push_block(ids, chunks, timestamps)
+    speech[block.position] = block.outputs["output"][:, 0, 0]   # row i: stream block.stream_ids[i]
+
 Nothing here starts a thread: a router's bounded wait is enforced when ``push``/``poll``
 is called (call ``poll()`` from your loop at least every ``max_wait_ms``).
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import math
 import threading
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Hashable, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -75,6 +85,7 @@ if TYPE_CHECKING:  # pragma: no cover
 # Python-level ``__new__`` a NamedTuple call goes through (~0.3 us): the hot path makes one _Frame and _Pending
 # per window and one Result and WindowResult per batch row.
 _tnew = tuple.__new__
+_NO_LOCK = contextlib.nullcontext()
 
 __all__ = [
     "SignalStreamOptions",
@@ -92,6 +103,8 @@ __all__ = [
     "StreamLimitError",
     "DuplicateStreamError",
     "StreamRouterOwnedError",
+    "BlockPushError",
+    "WindowBlock",
 ]
 
 
@@ -133,12 +146,33 @@ class StreamLimitError(EdgeSDKError, RuntimeError):
 
 
 class DuplicateStreamError(EdgeSDKError, ValueError):
-    """``StreamRouter.open`` for a stream id that is already open."""
+    """``StreamRouter.open`` for a stream id that is already open, or an id twice in one
+    ``StreamRouter.push_block``."""
 
 
 class StreamRouterOwnedError(EdgeSDKError, RuntimeError):
     """``SignalStream.push`` on a stream of a batching StreamRouter: push through the router,
     which keeps the stream's windows in order with those queued for a batch."""
+
+
+class BlockPushError(EdgeSDKError):
+    """Some chunks of a :meth:`StreamRouter.push_block` were refused, or the model call that had
+    their windows failed; every other chunk of the block was pushed and run. ``errors`` maps each
+    such chunk's stream id to its error: the typed error ``push()`` raises for it
+    (NonFiniteSignalError, TimestampError, GapError, StreamClosedError, ...) or the call's
+    (SessionError, ...); ``results`` holds the WindowBlock of the windows that ran, which the call
+    would have returned."""
+
+    def __init__(self, errors: dict[Hashable, Exception], results: "WindowBlock", chunks: int) -> None:
+        self.errors = errors
+        self.results = results
+        first_id, first = next(iter(errors.items()))
+        ids = list(errors)
+        shown = ", ".join(repr(i) for i in ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+        super().__init__(
+            f"push_block: {len(ids)} of {chunks} chunks refused (stream {shown}); the other {chunks - len(ids)} were pushed, "
+            f"and the {len(results)} windows this call ran are in .results. Stream {first_id!r}: {first}"
+        )
 
 
 # --- options ------------------------------------------------------------------------------
@@ -315,6 +349,193 @@ class WindowResult(NamedTuple):
         return self.timestamp_ms + self.duration_ms
 
 
+class _Batch(NamedTuple):
+    """The windows of one model call of a router, as columns (row i: a window of stream
+    ``stream_ids[i]``), before they become WindowResults or part of a WindowBlock."""
+
+    stream_ids: tuple[Hashable, ...]
+    index: np.ndarray  # type: ignore[assignment]  # shadows tuple.index, as WindowResult's does
+    start_sample: np.ndarray
+    timestamp_ms: np.ndarray
+    epoch: np.ndarray
+    filled_samples: np.ndarray
+    outputs: "_Columns"
+    result: "Result"
+
+
+def _windows(ids: Sequence[Hashable], index: list[int], start: list[int], ts: list[float], dur: float, epoch: list[int], filled: list[int], part: tuple["Result", "_Columns"]) -> list[WindowResult]:
+    """One :class:`WindowResult` per row of one call (``part``: its Result and output columns), as
+    ``push()`` returns them."""
+    r, cols = part
+    R = type(r)
+    rest = r[2:]
+    names = list(cols)
+    dec = r.decoded
+    assert dec is None or isinstance(dec, tuple)  # a router refuses detection and segmentation decoders
+    decs = [None] * len(ids) if dec is None else [(d,) for d in dec]
+    return [
+        _tnew(WindowResult, (sid, i, s0, t, dur, e, f, _tnew(R, (dict(zip(names, vals)), d, *rest))))
+        for sid, i, s0, t, e, f, vals, d in zip(ids, index, start, ts, epoch, filled, zip(*(cols[k] for k in names)), decs)
+    ]
+
+
+def _batch_windows(b: _Batch, dur: float) -> list[WindowResult]:
+    return _windows(b.stream_ids, b.index.tolist(), b.start_sample.tolist(), b.timestamp_ms.tolist(), dur, b.epoch.tolist(), b.filled_samples.tolist(), (b.result, b.outputs))
+
+
+class WindowBlock:
+    """The windows one :meth:`StreamRouter.push_block` call ran, as columns: row ``i`` is a window
+    of stream ``stream_ids[i]``; per stream, rows are in order.
+
+    ``index``, ``start_sample``, ``epoch``, ``filled_samples`` (int64) and ``timestamp_ms``
+    (float64) are arrays of the rows' :class:`WindowResult` fields, ``duration_ms`` their
+    window length. ``outputs[name]`` is an array of every row's output, stacked on a new axis 0
+    (``outputs[name][i]`` is row i's output as its WindowResult has it: size 1 on the batch
+    axis); it is put together when first asked for. ``results`` holds one Result per model call
+    (timings, variant, ``batch_size``: that call's rows), in row order. :meth:`windows` gives the
+    WindowResult list ``push()`` would have returned. ``position`` (int64) is each row's stream's
+    position in the ``stream_ids`` the block was pushed with (-1 for a stream not in the block:
+    windows it had queued from earlier pushes), so ``out[block.position] = block.outputs[name]``
+    lines results up with the chunks that made them.
+    """
+
+    __slots__ = (
+        "stream_ids", "position", "index", "start_sample", "timestamp_ms", "duration_ms", "epoch", "filled_samples", "results", "_parts", "_stacked",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        stream_ids: tuple[Hashable, ...],
+        position: np.ndarray,
+        index: np.ndarray,
+        start_sample: np.ndarray,
+        timestamp_ms: np.ndarray,
+        duration_ms: float,
+        epoch: np.ndarray,
+        filled_samples: np.ndarray,
+        parts: "list[tuple[Result, _Columns]]",
+    ) -> None:
+        self.stream_ids = stream_ids
+        self.position = position
+        self.index = index
+        self.start_sample = start_sample
+        self.timestamp_ms = timestamp_ms
+        self.duration_ms = duration_ms
+        self.epoch = epoch
+        self.filled_samples = filled_samples
+        self.results: tuple["Result", ...] = tuple(r for r, _ in parts)
+        self._parts = parts
+        self._stacked: dict[str, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return len(self.stream_ids)
+
+    def __repr__(self) -> str:
+        return f"WindowBlock({len(self.stream_ids)} windows of {len(set(self.stream_ids))} streams, {len(self.results)} model calls)"
+
+    @property
+    def outputs(self) -> Mapping[str, np.ndarray]:
+        """The rows' outputs by name, stacked on axis 0 (each put together once, when asked for)."""
+        return _Stacked(self)
+
+    def _output(self, name: str) -> np.ndarray:
+        v = self._stacked.get(name)
+        if v is None:
+            parts = self._parts
+            if not parts:
+                raise KeyError(name)
+            v = parts[0][1][name] if len(parts) == 1 else _Columns.stack(name, [cols for _, cols in parts])
+            self._stacked[name] = v
+        return v
+
+    def windows(self) -> list[WindowResult]:
+        """One :class:`WindowResult` per row, as ``push()`` returns them."""
+        ids, index, start, ts, epoch, filled = (
+            self.stream_ids, self.index.tolist(), self.start_sample.tolist(), self.timestamp_ms.tolist(), self.epoch.tolist(), self.filled_samples.tolist()
+        )  # fmt: skip
+        out: list[WindowResult] = []
+        a = 0
+        for r, cols in self._parts:
+            e = a + r.batch_size
+            out += _windows(ids[a:e], index[a:e], start[a:e], ts[a:e], self.duration_ms, epoch[a:e], filled[a:e], (r, cols))
+            a = e
+        return out
+
+
+class _Stacked(Mapping[str, np.ndarray]):
+    """A WindowBlock's outputs by name (see WindowBlock.outputs)."""
+
+    __slots__ = ("_block",)
+
+    def __init__(self, block: WindowBlock) -> None:
+        self._block = block
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._block._output(name)
+
+    def __iter__(self) -> Iterator[str]:
+        parts = self._block._parts
+        return iter(parts[0][1] if parts else ())
+
+    def __len__(self) -> int:
+        parts = self._block._parts
+        return len(parts[0][1]) if parts else 0
+
+
+class _Columns(Mapping[str, np.ndarray]):
+    """A call's outputs by name, each as [rows, *row shape]: ``columns[name][i]`` is row i's output
+    as unbatched (size 1 on the batch axis), a view of the call's output (made when asked for)."""
+
+    __slots__ = ("_outs", "_axes")
+
+    def __init__(self, outs: Mapping[str, np.ndarray], axes: Mapping[str, int] | None) -> None:
+        self._outs = outs
+        self._axes = axes  # outputs whose rows are not on axis 0 (states): that axis; None: one unbatched row
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        v = self._outs[name]
+        if self._axes is None:
+            return v[None]
+        ax = self._axes.get(name, 0)
+        if not ax:
+            return v[:, None]
+        rows: np.ndarray = v.transpose(ax, *(i for i in range(v.ndim) if i != ax))[(slice(None),) * (ax + 1) + (None,)]
+        return rows
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._outs)
+
+    def __len__(self) -> int:
+        return len(self._outs)
+
+    @staticmethod
+    def stack(name: str, calls: "list[_Columns]") -> np.ndarray:
+        """Output ``name`` of several calls, their rows one after the other (as ``columns[name]``): the
+        calls' outputs joined with one concatenation, then given the row view once."""
+        first = calls[0]
+        if first._axes is None:  # unbatched calls: one row each
+            return np.stack([c._outs[name] for c in calls])
+        joined = _Columns({name: np.concatenate([c._outs[name] for c in calls], axis=first._axes.get(name, 0))}, first._axes)
+        return joined[name]
+
+
+def _one_row(w: WindowResult) -> _Batch:
+    """An unbatched window as a _Batch of one row (``push_block`` on a router with batch_size 1)."""
+    return _tnew(
+        _Batch,
+        (
+            (w.stream_id,),
+            np.array([w.index], np.int64),
+            np.array([w.start_sample], np.int64),
+            np.array([w.timestamp_ms], np.float64),
+            np.array([w.epoch], np.int64),
+            np.array([w.filled_samples], np.int64),
+            _Columns(w.result.outputs, None),
+            w.result,
+        ),
+    )
+
+
 class _Frame(NamedTuple):
     window: int  # WindowResult.index (not "index": that would shadow tuple.index)
     start_sample: int
@@ -342,7 +563,15 @@ class _Framer:
     what that case needs and builds the window with one concatenation. Anything else goes to :meth:`push`, which gives the
     same windows (tests/test_streams.py compares both on random push sequences)."""
 
-    def __init__(self, opts: SignalStreamOptions, stream_id: Hashable, emit: Callable[[StreamEvent], None]) -> None:
+    __slots__ = (
+        "o", "stream_id", "_emit", "_dtype", "_is_float", "_sr", "_ms_per_sample", "_tol", "_window", "_hop", "_layout", "_buf",
+        "_steady_min", "_steady_shapes", "_mono_1d", "_win_shape", "_head_n", "_head2", "_head1", "_index", "_in_idx", "epoch",
+        "_fill", "_skip", "_filled", "_anchor_ts", "_anchor_idx", "_last_ts", "__dict__",
+    )  # fmt: skip  # slots: a router's block push reads and writes these for many streams (__dict__: tests wrap methods)
+
+    def __init__(
+        self, opts: SignalStreamOptions, stream_id: Hashable, emit: Callable[[StreamEvent], None], buf: np.ndarray | None = None
+    ) -> None:
         self.o = opts
         self.stream_id = stream_id
         self._emit = emit
@@ -354,7 +583,8 @@ class _Framer:
         self._window = opts.window
         self._hop = opts.hop_samples
         self._layout = _LAYOUTS[opts.layout]
-        self._buf = np.zeros((opts.buffer_samples, opts.channels), dtype=self._dtype)
+        # The sample buffer: its own, or a batching router's slab row (_Slab), of shape [buffer_samples, channels].
+        self._buf = np.zeros((opts.buffer_samples, opts.channels), dtype=self._dtype) if buf is None else buf
         # The steady state (push_steady): the buffer holds window - hop .. window - 1 samples (then a push of
         # hop samples completes exactly one window and leaves as many); hop > window (skips) is never steady.
         # Pushes of these shapes qualify; mono "T"/"NT" windows are cut from 1-D arrays (no layout step).
@@ -390,6 +620,11 @@ class _Framer:
         self._head_n = fill
         self._head2 = self._buf[:fill]
         self._head1 = self._buf[:fill, 0]
+
+    def rebind(self, buf: np.ndarray) -> None:
+        """Use ``buf`` (a copy of the buffer, moved to a grown slab) from now on."""
+        self._buf = buf
+        self._head_views(self._head_n)
 
     @property
     def buffered_samples(self) -> int:
@@ -749,6 +984,8 @@ class SignalStream:
         on_event: Callable[[StreamEvent], None] | None = None,
         _binding: _Binding | None = None,
         _owner: "StreamRouter | None" = None,
+        _router: "StreamRouter | None" = None,
+        _row: "tuple[int, np.ndarray] | None" = None,
     ) -> None:
         if not isinstance(options, SignalStreamOptions):
             raise SignalConfigError(f"options: expected SignalStreamOptions, got {type(options).__name__}")
@@ -757,11 +994,20 @@ class SignalStream:
         self._b = _binding or _Binding(model, options, input_name, constants)
         self._events: deque[StreamEvent] = deque(maxlen=options.max_events)
         self._sink = on_event or self._events.append
-        self._framer = _Framer(options, stream_id, self._sink)
-        # A batching router runs this stream's windows in batches with other streams' and
-        # keeps the state as a _RowState (reset lazily, by epoch, in the router's order).
+        # A router keeps this stream's sample buffer in row ``_row[0]`` of its _Slab (``_row[1]``: that
+        # row of the buffers), and every change to the stream takes the router's lock first (its block
+        # push reads and writes many streams' rows at once). A batching router (``_owner``) keeps the
+        # model state in the slab too, runs the stream's windows in batches with other streams' and
+        # resets the state lazily, by epoch, in the router's order (_RowState).
+        self._row = None if _row is None else _row[0]
+        self._framer = _Framer(options, stream_id, self._sink, None if _row is None else _row[1])
         self._owner = _owner
-        self._state: Any = (_RowState(self._b) if _owner is not None else model.stream()) if self._b.stateful else None
+        self._rlock: Any = _router._lock if _router is not None else _NO_LOCK
+        self._slab = _router._slab if _router is not None else None
+        self._in_block = False  # the router's block arrays hold this stream's clock (see _unblock)
+        self._state: Any = None
+        if self._b.stateful:
+            self._state = model.stream() if _owner is None else _RowState(_row[0] if _row is not None else -1)
         self._lock = threading.Lock()
         self._closed = False
 
@@ -774,10 +1020,11 @@ class SignalStream:
 
     def close(self) -> None:
         """Free the buffer and the model state (the model stays open). Safe to call twice."""
-        with self._lock:
+        with self._rlock, self._lock:
             if self._closed:
                 return
             self._closed = True
+            self._unblock()
             self._framer.close()
             self._state = None
 
@@ -810,8 +1057,9 @@ class SignalStream:
 
     def _push(self, samples: Any, timestamp_ms: Any) -> list[WindowResult]:
         """push() without the owner check."""
-        with self._lock:
+        with self._rlock, self._lock:
             self._check_open()
+            self._unblock()
             f = self._framer.push_steady(samples, timestamp_ms)
             if f is not None:
                 return self._run([f])
@@ -819,6 +1067,14 @@ class SignalStream:
             if plan.reset and self._state is not None:
                 self._state.reset()
             return self._run(plan.frames) if plan.frames else []
+
+    def _unblock(self) -> None:
+        """Take this stream's clock back from the router's block arrays, where a push_block left it
+        (every path but push_block's steady one reads the framer's own attributes)."""
+        if self._in_block:
+            self._in_block = False
+            assert self._slab is not None and self._row is not None  # only a router's streams enter block mode
+            self._slab.leave(self._row, self._framer)
 
     def _run(self, frames: list[_Frame]) -> list[WindowResult]:
         b = self._b
@@ -831,8 +1087,9 @@ class SignalStream:
 
     def reset(self) -> None:
         """Drop buffered samples, forget the clock (the next push anchors it) and reset the model state."""
-        with self._lock:
+        with self._rlock, self._lock:
             self._check_open()
+            self._unblock()
             self._framer.restart()
             if self._state is not None and self._owner is None:
                 self._state.reset()  # (a batching router resets the state when this stream's next epoch starts)
@@ -872,7 +1129,9 @@ class SignalStream:
 
     def expected_timestamp_ms(self) -> float | None:
         """Where the sample clock says the next push starts (None before the first push)."""
-        return self._framer.expected_timestamp_ms()
+        with self._rlock, self._lock:
+            self._unblock()
+            return self._framer.expected_timestamp_ms()
 
     @property
     def events(self) -> tuple[StreamEvent, ...]:
@@ -890,16 +1149,114 @@ class SignalStream:
 
 
 class _RowState:
-    """One stream's model state in a batching router: one array per state input, with size 1
-    on the pair's batch axis, and the epoch it belongs to. A window of a later epoch (the
-    stream restarted: gap reset, ``reset()``) starts from the initial state, so a reset takes
-    effect in the stream's own order, after its windows queued before it have run."""
+    """One stream's model state in a batching router: its row in the router's :class:`_Slab`, and
+    the epoch the row's state belongs to. A window of a later epoch (the stream restarted: gap
+    reset, ``reset()``) starts from the initial state, so a reset takes effect in the stream's own
+    order, after its windows queued before it have run."""
 
-    __slots__ = ("arrays", "epoch")
+    __slots__ = ("row", "epoch")
 
-    def __init__(self, b: _Binding) -> None:
-        self.arrays: dict[str, np.ndarray] = b.row_init  # read-only; replaced, never written
+    def __init__(self, row: int) -> None:
+        self.row = row
         self.epoch = 0
+
+
+def _on_axis(ax: int, index: Any) -> tuple[Any, ...]:
+    """The index that applies ``index`` to axis ``ax`` (every axis before it whole)."""
+    return (slice(None),) * ax + (index,)
+
+
+class _Slab:
+    """The sample buffers and model states of a batching router's streams, one row per open stream.
+
+    ``buf`` is [rows, buffer_samples, channels] (each stream's framer works on its row); each
+    state input's array holds the rows on its pair's batch axis. A block push
+    (:meth:`StreamRouter.push_block`) reads and rewrites many streams' buffered samples with one
+    numpy call each; a batch takes its streams' states with one ``np.take`` per state input and
+    puts the new ones back with one assignment. A closed stream's row is reused; the arrays start
+    at min(64, max_streams) rows and double up to ``max_streams``, the open streams' framers
+    re-pointed at their rows of the new buffer."""
+
+    def __init__(self, b: _Binding, opts: SignalStreamOptions, max_rows: int, *, states: bool) -> None:
+        self._init = b.row_init
+        # a batching router's state pairs (all have a batch axis: check_batching); an unbatched one keeps
+        # each stream's state in its StreamState
+        self.axes = {i: ax for i, _, ax in b.pairs if ax is not None} if states else {}
+        self.max_rows = max_rows
+        self.buf = np.zeros((0, opts.buffer_samples, opts.channels), np.dtype(opts.dtype))
+        self.states = {i: self._rows_like(i, 0) for i in self.axes}
+        # Block mode (push_block): while ``blk[row]``, these hold the row's stream clock in place of its
+        # framer's attributes (``enter``/``leave`` move it), so a block checks and advances every clock at once.
+        self.blk = np.zeros(0, bool)
+        self.in_idx = np.zeros(0, np.int64)
+        self.anchor_idx = np.zeros(0, np.int64)
+        self.index = np.zeros(0, np.int64)
+        self.epoch = np.zeros(0, np.int64)
+        self.anchor_ts = np.zeros(0, np.float64)
+        self.last_ts = np.zeros(0, np.float64)
+        self._free: list[int] = []  # popped from the end: lowest row first
+        self._framers: dict[int, _Framer] = {}
+        self._grow()
+
+    def _rows_like(self, name: str, rows: int) -> np.ndarray:
+        one = self._init[name]
+        shape = list(one.shape)
+        shape[self.axes[name]] = rows
+        return np.zeros(shape, one.dtype)
+
+    def _grow(self) -> None:
+        old = self.buf.shape[0]
+        cap = min(self.max_rows, max(64, 2 * old))
+        buf = np.zeros((cap,) + self.buf.shape[1:], self.buf.dtype)
+        buf[:old] = self.buf
+        self.buf = buf
+        for name, a in self.states.items():
+            grown = self._rows_like(name, cap)
+            grown[_on_axis(self.axes[name], slice(0, old))] = a
+            self.states[name] = grown
+        for col in ("blk", "in_idx", "anchor_idx", "index", "epoch", "anchor_ts", "last_ts"):
+            a = getattr(self, col)
+            grown_col = np.zeros(cap, a.dtype)
+            grown_col[:old] = a
+            setattr(self, col, grown_col)
+        for row, fr in self._framers.items():
+            fr.rebind(buf[row])
+        self._free.extend(range(cap - 1, old - 1, -1))
+
+    def enter(self, row: int, fr: _Framer) -> None:
+        """Block mode for ``row``: its clock moves from ``fr`` into the arrays."""
+        self.in_idx[row], self.anchor_idx[row], self.index[row], self.epoch[row] = fr._in_idx, fr._anchor_idx, fr._index, fr.epoch
+        self.anchor_ts[row], self.last_ts[row] = fr._anchor_ts, fr._last_ts
+        self.blk[row] = True
+
+    def leave(self, row: int, fr: _Framer) -> None:
+        """Out of block mode: the clock goes back to ``fr``."""
+        fr._in_idx, fr._anchor_idx, fr._index = int(self.in_idx[row]), int(self.anchor_idx[row]), int(self.index[row])
+        fr._anchor_ts, fr._last_ts = float(self.anchor_ts[row]), float(self.last_ts[row])
+        self.blk[row] = False
+
+    def take(self, framer_of: Callable[[tuple[int, np.ndarray]], _Framer]) -> int:
+        """A free row, its state set to the initial one; ``framer_of((row, buffer row))`` makes the
+        framer that works on it."""
+        if not self._free:
+            self._grow()
+        row = self._free.pop()
+        try:
+            self._framers[row] = framer_of((row, self.buf[row]))
+        except BaseException:
+            self._free.append(row)
+            raise
+        self.reset_state(row)
+        return row
+
+    def release(self, row: int) -> None:
+        if self._framers.pop(row, None) is not None:
+            self.blk[row] = False
+            self._free.append(row)
+
+    def reset_state(self, row: int) -> None:
+        for name, a in self.states.items():
+            a[_on_axis(self.axes[name], slice(row, row + 1))] = self._init[name]
 
 
 class _Pending(NamedTuple):
@@ -907,6 +1264,47 @@ class _Pending(NamedTuple):
     state: _RowState | None
     frame: _Frame
     enqueued_s: float
+
+
+class _Fast(NamedTuple):
+    """The steady windows of a push_block that ran: their columns and one (Result, columns) per call."""
+
+    ids: tuple[Hashable, ...]
+    pos: np.ndarray  # each window's position in the block
+    index: np.ndarray  # type: ignore[assignment]  # shadows tuple.index
+    start: np.ndarray
+    ts: np.ndarray
+    epoch: np.ndarray
+    parts: "list[tuple[Result, _Columns]]"
+
+    @property
+    def columns(self) -> tuple[tuple[Hashable, ...], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        return self.ids, self.pos, self.index, self.start, self.ts
+
+    @property
+    def filled(self) -> np.ndarray:
+        return np.zeros(len(self.ids), np.int64)  # steady windows hold no zero fill
+
+    def without(self, lost: list[int]) -> "_Fast":
+        """These windows but rows ``lost`` (their call failed)."""
+        keep = np.ones(len(self.ids), bool)
+        keep[lost] = False
+        gone = set(lost)
+        return _Fast(tuple(i for j, i in enumerate(self.ids) if j not in gone), self.pos[keep], self.index[keep], self.start[keep], self.ts[keep], self.epoch[keep], self.parts)
+
+
+class _BlockCut:
+    """What :meth:`StreamRouter.push_block` needs of the options to cut steady chunks together."""
+
+    __slots__ = ("ok", "mono", "h", "hop", "window", "ms_per_sample", "tol")
+
+    def __init__(self, o: SignalStreamOptions) -> None:
+        self.hop, self.window = o.hop_samples, o.window
+        self.ok = self.hop <= self.window and o.layout in ("NT", "NTC")
+        self.mono = o.layout == "NT"
+        self.h = self.window - self.hop  # the samples a steady stream holds between windows
+        self.ms_per_sample = 1000.0 / float(o.sample_rate_hz)
+        self.tol = float(o.timestamp_tolerance_ms)
 
 
 class StreamRouter:
@@ -942,9 +1340,11 @@ class StreamRouter:
     queued windows first (their results come with the call's, or the next call's, results).
     The streams of a batching router are pushed through the router only (``SignalStream.push``
     on one raises StreamRouterOwnedError). A model error during a batch loses that batch's
-    windows (the streams' states stay as they were before it). Thread-safe (one lock: model
-    calls are serialised).
+    windows (the streams' states stay as they were before it). Thread-safe (one lock, which
+    the streams' own calls take too: model calls are serialised).
 
+    ``push_block(ids, samples, timestamps)`` pushes one chunk for each of many streams in one
+    call and returns a :class:`WindowBlock` (see push_block).
     """
 
     def __init__(
@@ -986,13 +1386,23 @@ class StreamRouter:
         self.max_pending = max_pending
         self._clock = clock
         self._streams: OrderedDict[Hashable, SignalStream] = OrderedDict()
+        self._rowmap: dict[Hashable, int] = {}  # open stream id -> its slab row
         self._queue: deque[_Pending] = deque()  # oldest first
         self._queued: dict[SignalStream, int] = {}  # queued windows per stream (only streams with some)
         self._distinct = self._b.stateful  # one window per stream per batch
-        self._ready: list[WindowResult] = []  # run, not yet returned
+        self._slab = _Slab(self._b, options, max_streams, states=batch_size > 1)
+        self._out_axes = {o: ax for _, o, ax in self._b.pairs if ax is not None}  # a state output's batch axis
+        self._out_check = tuple((o.name, self._out_axes.get(o.name, 0)) for o in model.outputs)  # each output's batch axis
+        # per state pair of a batching router: the input, the index prefix that reaches its batch axis, the output
+        self._state_axes = tuple((i, (slice(None),) * ax, o) for i, o, ax in self._b.pairs if ax is not None) if batch_size > 1 else ()
+        self._window_ms = options.window_ms
+        self._winbuf = np.empty((0, options.window) + (() if options.layout == "NT" else (options.channels,)), np.dtype(options.dtype))  # see _windows_for
+        self._block = _BlockCut(options)
+        self._ready: list[_Batch] = []  # run, not yet returned
         self._events: deque[StreamEvent] = deque(maxlen=options.max_events)
         self._lock = threading.RLock()
         self._closed = False
+        self._last_now = 0.0
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -1037,14 +1447,30 @@ class StreamRouter:
             while self._queued.get(old):  # its accepted windows run before it goes
                 self._run_batch(self._take(first=old))
             del self._streams[old_id]
-            old.close()
+            self._drop(old)
             self._events.append(
                 StreamEvent("evicted", "close", old_id, math.nan, 0, f"stream {old_id!r} closed to open {stream_id!r} (max_streams={self.max_streams}, least recently pushed)")
             )
+        made: list[SignalStream] = []
         owner = self if self.batch_size > 1 else None
-        s = SignalStream(self.model, self.options, stream_id=stream_id, on_event=self._events.append, _binding=self._b, _owner=owner)
+
+        def framer_of(row: tuple[int, np.ndarray]) -> _Framer:
+            made.append(SignalStream(self.model, self.options, stream_id=stream_id, on_event=self._events.append, _binding=self._b, _owner=owner, _router=self, _row=row))
+            return made[0]._framer
+
+        row = self._slab.take(framer_of)
+        s = made[0]
         self._streams[stream_id] = s
+        self._rowmap[stream_id] = row
         return s
+
+    def _drop(self, s: SignalStream) -> None:
+        """Close ``s`` (taken out of ``_streams``) and free its slab row."""
+        s.close()
+        if s._row is not None:
+            self._slab.release(s._row)
+            if self._rowmap.get(s.stream_id) == s._row:
+                del self._rowmap[s.stream_id]
 
     def close(self, stream_id: Hashable) -> list[WindowResult]:
         """Close one stream (unknown ids are ignored). Runs windows still queued for a batch
@@ -1053,7 +1479,7 @@ class StreamRouter:
             self._run_all()
             s = self._streams.pop(_hashable(stream_id), None)
             if s is not None:
-                s.close()
+                self._drop(s)
             return self._take_ready()
 
     def reset(self, stream_id: Hashable) -> None:
@@ -1068,7 +1494,7 @@ class StreamRouter:
         with self._lock:
             self._run_all()
             for s in self._streams.values():
-                s.close()
+                self._drop(s)
             self._streams.clear()
             return self._take_ready()
 
@@ -1123,34 +1549,335 @@ class StreamRouter:
         """Cut one push of a batching router into windows, queue them and run the batches now due,
         then those overdue. The clock is read once per push that queues windows or finds some queued,
         and again only after a batch ran (time passed), as often as the overdue check needs it."""
+        now: float | None = None
+        if self._frame_one(s, samples, timestamp_ms, None):
+            now = self._last_now
+            if self._run_due():
+                now = None
+        self._run_overdue_at(now)
+
+    def _frame_one(self, s: SignalStream, samples: Any, timestamp_ms: Any, now: float | None) -> bool:
+        """Cut one push into windows and queue them (stamped ``now``, or the clock's reading then,
+        kept in ``_last_now``); True if it queued any. Runs no batch."""
         with s._lock:
             s._check_open()
+            s._unblock()
             f = s._framer.push_steady(samples, timestamp_ms)
             if f is not None:
                 frames: list[_Frame] = [f]
             else:
                 frames = s._framer.push(samples, timestamp_ms).frames  # a reset is applied by epoch (_RowState)
-        q = self._queue
-        now: float | None = None
-        if frames:
+        if not frames:
+            return False
+        if now is None:
             now = self._clock()
-            st = s._state
-            for f in frames:
-                q.append(_tnew(_Pending, (s, st, f, now)))
-            queued = self._queued
-            queued[s] = queued.get(s, 0) + len(frames)
-            if self._run_due():
-                now = None
+        self._last_now = now
+        q = self._queue
+        st = s._state
+        for f in frames:
+            q.append(_tnew(_Pending, (s, st, f, now)))
+        queued = self._queued
+        queued[s] = queued.get(s, 0) + len(frames)
+        return True
+
+    def _run_overdue_at(self, now: float | None) -> None:
+        """_run_overdue on the clock reading ``now`` (None: read it if a window is queued)."""
+        q = self._queue
         if not q:
             return
         if now is None:
             now = self._clock()
         max_wait = self.max_wait_ms
-        while (now - q[0].enqueued_s) * 1000.0 >= max_wait:  # _run_overdue, on the reading above
+        while (now - q[0].enqueued_s) * 1000.0 >= max_wait:
             self._run_batch(self._take())
             if not q:
                 return
             now = self._clock()
+
+    def push_block(self, stream_ids: Sequence[Hashable], samples: np.ndarray, timestamps_ms: Any) -> WindowBlock:
+        """One chunk for each of several streams, in one call: ``samples[i]`` (``[n]`` mono or
+        ``[n, channels]``, so ``samples`` is ``[k, n]`` or ``[k, n, channels]``: every chunk has n
+        samples) whose first sample is at ``timestamps_ms[i]`` goes to ``stream_ids[i]`` (opened on
+        first use; an id at most once per block). Every window the block completes runs before the
+        call returns, and comes back in one :class:`WindowBlock` of columns (``block.windows()``
+        gives the WindowResults ``push()`` would have returned).
+
+        The windows, states and results are those of ``push(stream_ids[i], samples[i],
+        timestamps_ms[i])`` for each i, then ``flush()``. What differs is the cost: the chunks that
+        continue their stream's clock with exactly ``hop`` samples (what a live source sends) onto a
+        buffer of window - hop samples (layouts "NT" and "NTC", hop <= window) are checked for
+        NaN/Inf in one pass over the block and cut into windows with one gather of the streams'
+        buffered samples and one scatter back; a batching router runs them in batches of
+        ``batch_size`` straight from the block, their states taken from and put back to its state
+        arrays with one call each. The other chunks take ``push()``'s path, after them. Windows
+        queued by earlier pushes run first. Per stream, windows run and come back in order.
+
+        Raises, accepting nothing, when the arguments do not fit together: InputTypeError (not a
+        list or tuple of hashable ids, not an ndarray, timestamps not numbers), SignalDTypeError,
+        SignalShapeError (shape, or rows other than ids), DuplicateStreamError (an id twice).
+        Otherwise every chunk is pushed but those ``push()`` would refuse (NaN/Inf, a non-finite
+        timestamp, a timestamp or gap policy "error", a closed stream, the stream limit), and a
+        failing model call loses only its own windows: BlockPushError is then raised at the end,
+        with each such chunk's error and the WindowBlock of the rest.
+        """
+        with self._lock:
+            if self._closed:
+                self._check_open()
+            ids, x, ts, tf, refused = self._check_block(stream_ids, samples, timestamps_ms)
+            k = len(ids)
+            errors: dict[Hashable, Exception] = dict((ids[j], e) for j, e in refused)
+            self._run_all()  # windows queued before this block run before its windows
+            before, self._ready = self._ready, []
+            slow, fast = self._run_block(ids, x, tf, [j for j, _ in refused], errors)
+            for j in slow:
+                try:
+                    s = self._stream_for(ids[j])
+                    if self.batch_size == 1:
+                        self._ready += [_one_row(w) for w in s._push(x[j], ts[j])]
+                    else:
+                        self._frame_one(s, x[j], ts[j], None)
+                except (InputError, StreamClosedError, StreamLimitError) as e:
+                    errors[ids[j]] = e
+            self._run_all(errors)
+            after, self._ready = self._ready, []
+            if slow:
+                self._enter_block_mode(ids, slow)
+                streams = self._streams
+                for sid in ids:  # most recently pushed: the block's streams, in block order
+                    if sid in streams:
+                        streams.move_to_end(sid)
+            block = self._block_of(ids, before, fast, after)
+            if errors:
+                raise BlockPushError(errors, block, k)
+            return block
+
+    def _block_of(self, ids: list[Hashable], before: list[_Batch], fast: "_Fast | None", after: list[_Batch]) -> WindowBlock:
+        """The WindowBlock of a push_block of ``ids``: the windows queued before it, the block's
+        steady ones, then those that took push()'s path."""
+        dur = self._window_ms
+        if fast is not None and not before and not after:  # the usual block: its columns as they are
+            return WindowBlock(*fast.columns, dur, fast.epoch, fast.filled, fast.parts)
+        batches = list(before)
+        if fast is not None:
+            f = fast
+            batches.append(_tnew(_Batch, (f.ids, f.index, f.start, f.ts, f.epoch, f.filled, None, None)))
+        parts = [(b.result, b.outputs) for b in before] + (fast.parts if fast is not None else []) + [(b.result, b.outputs) for b in after]
+        batches += after
+        if not batches:
+            e = np.zeros(0, np.int64)
+            return WindowBlock((), e, e, e, np.zeros(0, np.float64), dur, e, e, [])
+        cat = np.concatenate
+        rows = tuple(i for b in batches for i in b.stream_ids)
+        where = {sid: j for j, sid in enumerate(ids)}
+        return WindowBlock(
+            rows,
+            np.array([where.get(sid, -1) for sid in rows], np.int64),
+            cat([b.index for b in batches]),
+            cat([b.start_sample for b in batches]),
+            cat([b.timestamp_ms for b in batches]),
+            dur,
+            cat([b.epoch for b in batches]),
+            cat([b.filled_samples for b in batches]),
+            parts,
+        )
+
+    def _check_block(
+        self, stream_ids: Any, samples: Any, timestamps_ms: Any
+    ) -> tuple[list[Hashable], np.ndarray, list[float], np.ndarray, list[tuple[int, Exception]]]:
+        """push_block's arguments checked together: the ids, the samples, the timestamps as floats
+        (a list and a float64 array), and the chunks refused on their values (NaN/Inf samples, a
+        non-finite timestamp)."""
+        o = self.options
+        if isinstance(stream_ids, (str, bytes)) or not isinstance(stream_ids, (list, tuple)):
+            raise InputTypeError(f"push_block: expected stream_ids as a list or tuple of stream ids, got {type(stream_ids).__name__}")
+        ids = list(stream_ids)
+        k = len(ids)
+        want = f"[k={k}, n]" if o.channels == 1 else f"[k={k}, n, {o.channels}]"
+        if not isinstance(samples, np.ndarray):
+            raise InputTypeError(f"push_block: expected samples as a numpy.ndarray {want} of {o.dtype}, got {type(samples).__name__}")
+        if samples.dtype != np.dtype(o.dtype):
+            raise SignalDTypeError(f"push_block: expected samples of dtype {o.dtype}, got {samples.dtype} (nothing is cast)")
+        mono_ok = o.channels == 1 and samples.ndim == 2
+        if not (mono_ok or (samples.ndim == 3 and samples.shape[2] == o.channels)) or samples.shape[0] != k:
+            raise SignalShapeError(f"push_block: expected samples of shape {want} (one chunk of n samples per stream id), got shape {samples.shape}")
+        if isinstance(timestamps_ms, np.ndarray):
+            if timestamps_ms.dtype.kind not in "iuf":
+                raise InputTypeError(f"push_block: expected timestamps_ms as numbers, got an array of {timestamps_ms.dtype}")
+            t = timestamps_ms
+        elif isinstance(timestamps_ms, (list, tuple)):
+            kinds = set(map(type, timestamps_ms))  # one C loop; numpy would turn True into 1.0 and "1" into a string
+            if not kinds <= {float, int} and any(k is bool or not issubclass(k, (int, float, np.integer, np.floating)) or issubclass(k, np.bool_) for k in kinds):
+                v = next(v for v in timestamps_ms if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)))
+                raise InputTypeError(f"push_block: expected timestamps_ms as numbers, got a {type(v).__name__} ({v!r})")
+            t = np.array(timestamps_ms, dtype=np.float64)
+        else:
+            raise InputTypeError(f"push_block: expected timestamps_ms as a list, tuple or 1-D array of numbers, got {type(timestamps_ms).__name__}")
+        if t.shape != (k,):
+            raise SignalShapeError(f"push_block: expected {k} timestamps (one per stream id), got shape {t.shape}")
+        try:
+            distinct = len(set(ids))
+        except TypeError:
+            for i in ids:
+                _hashable(i)
+            raise
+        if distinct != k:
+            seen: set[Hashable] = set()
+            dup = next(i for i in ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
+            raise DuplicateStreamError(f"push_block: stream id {dup!r} appears twice in the block (one chunk per stream a block; push the next in the next block)")
+        tf = t.astype(np.float64)
+        ts = tf.tolist()
+        refused: list[tuple[int, Exception]] = []
+        if not np.isfinite(tf).all():
+            for j in np.flatnonzero(~np.isfinite(tf)).tolist():
+                refused.append((j, TimestampError(f"stream {ids[j]!r}: expected a finite timestamp_ms, got {ts[j]}")))
+        if o.dtype[0] == "f" and samples.size and not _finite(samples):
+            bad = ~np.isfinite(samples.reshape(k, -1))
+            for j in np.flatnonzero(bad.any(axis=1)).tolist():
+                refused.append(
+                    (j, NonFiniteSignalError(f"stream {ids[j]!r}: expected finite samples, got {int(bad[j].sum())} NaN/Inf of {bad[j].size}; the chunk was refused"))
+                )
+        return ids, samples, ts, tf, refused
+
+    def _run_block(self, ids: list[Hashable], x: np.ndarray, tf: np.ndarray, refused: list[int], errors: dict[Hashable, Exception]) -> "tuple[list[int], _Fast | None]":
+        """Cut the block's chunks of streams in block mode (see push_block) into windows and run them:
+        the chunks later than the stream's last push and within the tolerance of its clock, of hop
+        samples each (a stream in block mode holds window - hop samples and no zero fill: the rows'
+        clocks are checked and advanced as arrays). A failing call's error goes to ``errors`` for its
+        streams (its windows are left out). Returns the positions of the other chunks that are not
+        ``refused`` (for push()'s path, in order) and what ran (None if nothing did)."""
+        cut, sl = self._block, self._slab
+        k = len(ids)
+        if not cut.ok or x.shape[1] != cut.hop or not k:
+            return [j for j in range(k) if ids[j] not in errors], None
+        h, hop, mps, tol = cut.h, cut.hop, cut.ms_per_sample, cut.tol
+        rows_l = list(map(self._rowmap.get, ids))
+        missing = None in rows_l
+        if missing:  # streams not open yet
+            ok_open = np.array([r is not None for r in rows_l])
+            rows_l = [0 if r is None else r for r in rows_l]
+        r = np.array(rows_l, np.intp)
+        ok = sl.blk[r]
+        if missing:
+            ok &= ok_open
+        if refused:
+            ok[refused] = False
+        li, ai, at = sl.in_idx[r], sl.anchor_idx[r], sl.anchor_ts[r]
+        d = tf - (at + (li - ai) * mps)  # as _Framer.push computes it, in the same float64 steps
+        ok &= (tf > sl.last_ts[r]) & (d <= tol) & (d >= -tol)
+        refused_set = set(refused)
+        if ok.all():
+            slow: list[int] = []
+            sids = ids
+            keep = np.arange(k)
+        else:
+            slow = [j for j in np.flatnonzero(~ok).tolist() if j not in refused_set]
+            keep = np.flatnonzero(ok)
+            if not keep.size:
+                return slow, None
+            sids = [ids[j] for j in keep.tolist()]
+            r, li, ai, at, tf, x = r[keep], li[keep], ai[keep], at[keep], tf[keep], x[keep]
+        m = len(sids)
+        start = li - h
+        t0 = at + (start - ai) * mps
+        wi = sl.index[r]
+        sl.index[r] = wi + 1
+        sl.in_idx[r] = li + hop
+        sl.last_ts[r] = tf
+        ep = sl.epoch[r]
+        streams = self._streams
+        collections.deque(map(streams.move_to_end, sids), 0)  # each is now the most recently pushed, in order
+        buf = sl.buf
+        win = self._windows_for(m)  # the router's own: no fresh pages per block (no result keeps a view of it)
+        if cut.mono:  # [m, window]: the buffered heads, then the chunks
+            win[:, :h] = buf[r, :h, 0]
+            win[:, h:] = x if x.ndim == 2 else x[:, :, 0]
+            buf[r, :h, 0] = win[:, hop:]
+        else:
+            win[:, :h] = buf[r, :h]
+            win[:, h:] = x
+            buf[r, :h] = win[:, hop:]
+        parts: list[tuple[Result, _Columns]] = []
+        lost: list[int] = []  # rows whose call failed
+        if self.batch_size > 1:
+            stateful = self._b.stateful
+            r0 = int(r[0])
+            consecutive = bool(r[-1] - r0 == m - 1) and (m < 3 or bool((np.diff(r) == 1).all()))  # slab rows in block order: slices
+            bs = self.batch_size
+            a = 0
+            try:
+                while a < m:
+                    e = min(a + bs, m)
+                    sel: Any = None if not stateful else slice(r0 + a, r0 + e) if consecutive else r[a:e]
+                    try:
+                        parts.append(self._call_rows(win[a:e], sel))
+                    except Exception as exc:  # this call's windows are lost (their states as before it); the rest run
+                        for i in range(a, e):
+                            errors[sids[i]] = exc
+                        lost += range(a, e)
+                    a = e
+            except BaseException:  # interrupted: the windows not run yet stay queued
+                now = self._clock()
+                q, queued = self._queue, self._queued
+                for i in range(min(a + bs, m), m):
+                    s = streams[sids[i]]
+                    q.append(_tnew(_Pending, (s, s._state, _tnew(_Frame, (int(wi[i]), int(start[i]), float(t0[i]), int(ep[i]), 0, win[i : i + 1].copy())), now)))
+                    queued[s] = queued.get(s, 0) + 1
+                raise
+        else:
+            self._run_singles(win, [streams[sid] for sid in sids], sids, errors, parts, lost)
+        fast = _Fast(tuple(sids), keep, wi, start, t0, ep, parts)
+        return slow, (fast if not lost else fast.without(lost))
+
+    def _windows_for(self, m: int) -> np.ndarray:
+        """A [m, window] (or [m, window, channels]) array for a block's windows: rows of one array the
+        router keeps (grown to the largest block), overwritten by the next block."""
+        w = self._winbuf
+        if w.shape[0] < m:
+            w = self._winbuf = np.empty((max(m, 2 * w.shape[0]),) + w.shape[1:], w.dtype)
+        return w[:m]
+
+    def _enter_block_mode(self, ids: list[Hashable], positions: list[int]) -> None:
+        """Put the streams of ``positions`` that push()'s path left steady (buffer of window - hop
+        samples, no zero fill, clock anchored; nothing queued) into block mode, so their next block
+        chunk is cut with the others."""
+        cut, sl = self._block, self._slab
+        if not cut.ok:
+            return
+        batched_state = self.batch_size > 1 and self._b.stateful
+        for j in positions:
+            s = self._streams.get(ids[j])
+            if s is None or s._closed or s._in_block or self._queued.get(s):
+                continue
+            fr = s._framer
+            if fr._fill != cut.h or fr._filled or fr._anchor_ts is None or fr._last_ts is None:
+                continue
+            row = s._row
+            assert row is not None  # a router's streams have slab rows
+            if batched_state:
+                st = s._state
+                if st.epoch != fr.epoch:  # restarted, none of its windows queued: the initial state now
+                    sl.reset_state(row)
+                    st.epoch = fr.epoch
+            sl.enter(row, fr)
+            s._in_block = True
+
+    def _run_singles(
+        self, win: np.ndarray, ss: list[SignalStream], sids: list[Hashable], errors: dict[Hashable, Exception], parts: "list[tuple[Result, _Columns]]", lost: list[int]
+    ) -> None:
+        """An unbatched router's block: one call per window, each stream's state its StreamState's."""
+        b = self._b
+        model, name, consts = b.model, b.input_name, b.constants
+        for i, (s, data) in enumerate(zip(ss, list(win.reshape((len(ss), 1) + win.shape[1:])))):
+            feeds = dict(consts)
+            feeds[name] = data
+            st = s._state
+            try:
+                r = model._predict_made(feeds) if st is None else st._predict_made(feeds)
+            except Exception as exc:  # this window is lost (the state as before it); the rest run
+                errors[sids[i]] = exc
+                lost.append(i)
+                continue
+            parts.append((r, _Columns(r.outputs, None)))
 
     def poll(self) -> list[WindowResult]:
         """Run queued windows if the oldest has waited ``max_wait_ms`` (and return any
@@ -1168,7 +1895,13 @@ class StreamRouter:
     # -- batching --------------------------------------------------------------------------
 
     def _take_ready(self) -> list[WindowResult]:
-        out, self._ready = self._ready, []
+        ready, self._ready = self._ready, []
+        dur = self._window_ms
+        if len(ready) == 1:
+            return _batch_windows(ready[0], dur)
+        out: list[WindowResult] = []
+        for batch in ready:
+            out += _batch_windows(batch, dur)
         return out
 
     def _run_due(self) -> bool:
@@ -1185,9 +1918,19 @@ class StreamRouter:
         while q and (self._clock() - q[0].enqueued_s) * 1000.0 >= self.max_wait_ms:
             self._run_batch(self._take())
 
-    def _run_all(self) -> None:
+    def _run_all(self, errors: dict[Hashable, Exception] | None = None) -> None:
+        """Run every queued window. With ``errors``, a failing call's error is recorded there for
+        each of its windows' streams and the rest still run; without, it propagates."""
         while self._queue:
-            self._run_batch(self._take())
+            rows = self._take()
+            if errors is None:
+                self._run_batch(rows)
+                continue
+            try:
+                self._run_batch(rows)
+            except Exception as e:
+                for p in rows:
+                    errors[p.stream.stream_id] = e
 
     def _take(self, first: SignalStream | None = None) -> list[_Pending]:
         """Up to batch_size queued windows, oldest first (``first``'s oldest in any case);
@@ -1223,62 +1966,57 @@ class StreamRouter:
         return taken
 
     def _run_batch(self, rows: list[_Pending]) -> None:
-        """One model call for ``rows`` (windows of different streams when stateful); the
-        results go to ``_ready``, the new states to their streams."""
-        b = self._b
+        """One model call for ``rows`` (windows of different streams when stateful); a _Batch of
+        the results goes to ``_ready``, the new states to the streams' slab rows."""
         n = len(rows)
-        feeds = dict(b.constants)
         frames = [p.frame for p in rows]
-        feeds[b.input_name] = frames[0].data if n == 1 else np.concatenate([f.data for f in frames])
-        pairs = b.pairs
-        if pairs:
-            states = []
-            for p in rows:
+        data = frames[0].data if n == 1 else np.concatenate([f.data for f in frames])
+        idx = None
+        if self._b.pairs:
+            slab = self._slab
+            idx = np.empty(n, np.intp)  # the streams' slab rows
+            for j, p in enumerate(rows):
                 st = p.state
                 assert st is not None  # a stateful stream's windows carry its state
                 if st.epoch != p.frame.epoch:  # the stream restarted since this state was made
-                    st.arrays, st.epoch = b.row_init, p.frame.epoch
-                states.append(st.arrays)
-            for name, _, ax in pairs:
-                feeds[name] = states[0][name] if n == 1 else np.concatenate([a[name] for a in states], axis=ax)
-        r = b.model._predict_made(feeds)  # windows checked at their push, constants when bound, states the model made
+                    slab.reset_state(st.row)
+                    st.epoch = p.frame.epoch
+                idx[j] = st.row
+        r, cols = self._call_rows(data, idx)
+        ints = np.array([(f.window, f.start_sample, f.epoch, f.filled) for f in frames], np.int64).T
+        ts = np.array([f.timestamp_ms for f in frames], np.float64)
+        self._ready.append(_tnew(_Batch, (tuple(p.stream.stream_id for p in rows), ints[0], ints[1], ts, ints[2], ints[3], cols, r)))
+
+    def _call_rows(self, data: np.ndarray, rows: "np.ndarray | slice | None") -> "tuple[Result, _Columns]":
+        """One model call on ``data`` (the windows stacked on axis 0) with the states of slab
+        ``rows`` (an index array or a slice; stateful models); the new states go back to the rows.
+        Returns the call's Result (``batch_size``: the rows) and its output columns."""
+        b = self._b
+        n = data.shape[0]
+        feeds = dict(b.constants)
+        feeds[b.input_name] = data
+        states = self._state_axes  # (state input, its slab array's axis prefix, state output)
+        if rows is not None:
+            arrays = self._slab.states
+            if isinstance(rows, slice):
+                for i_name, pre, _ in states:
+                    feeds[i_name] = np.ascontiguousarray(arrays[i_name][pre + (rows,)])
+            else:
+                for i_name, pre, _ in states:
+                    feeds[i_name] = np.take(arrays[i_name], rows, axis=len(pre))
+        r = b.model._predict_made(feeds, n)  # windows checked at their push, constants when bound, states the model made
         outs = r.outputs
-        state_out = {o: (i, ax) for i, o, ax in pairs if ax is not None}  # all of them: check_batching
-        names: list[str] = []  # each output's name, and its n rows as views of one array
-        cols: list[list[np.ndarray]] = []
-        feeds_state: list[tuple[int, str]] = []  # (position in names, the state input that output feeds)
-        for name, v in outs.items():
-            i_name, ax = state_out.get(name, (None, 0))
+        for name, ax in self._out_check:
+            v = outs[name]
             if v.ndim <= ax or v.shape[ax] != n:
                 raise SignalConfigError(
                     f"output {name!r} of {b.model.manifest.name} has shape {v.shape} for a batch of {n} windows: "
                     f"expected {n} rows on axis {ax} (batch_size > 1 needs outputs batched like the inputs)"
                 )
-            # Row i keeps its rank, with size 1 on the batch axis, as unbatched. A state's rows are
-            # made contiguous (one copy per call) and become the streams' states as they are.
-            row_shape = v.shape[:ax] + (1,) + v.shape[ax + 1 :]
-            lead = np.ascontiguousarray(np.moveaxis(v, ax, 0)) if ax else v
-            if i_name is not None:
-                feeds_state.append((len(names), i_name))
-            names.append(name)
-            cols.append(list(lead.reshape((n,) + row_shape)))
-        dec = r.decoded
-        assert dec is None or isinstance(dec, tuple)  # check_batching refuses detection and segmentation decoders
-        # Each row's Result is the call's (timings, provenance, ...) but for outputs, decoded and batch_size (n).
-        R = type(r)
-        rest = (*r[2:8], n, *r[9:])
-        dur = self.options.window_ms
-        decs = [None] * n if dec is None else [(d,) for d in dec]
-        rows_out = list(zip(*cols))  # per row: its view of every output, in names' order
-        if pairs:
-            for p, vals in zip(rows, rows_out):
-                st = p.state
-                assert st is not None  # as above
-                st.arrays = {i_name: vals[j] for j, i_name in feeds_state}
-        self._ready += [
-            _tnew(WindowResult, (p.stream.stream_id, f.window, f.start_sample, f.timestamp_ms, dur, f.epoch, f.filled, _tnew(R, (dict(zip(names, vals)), d, *rest))))
-            for p, f, vals, d in zip(rows, frames, rows_out, decs)
-        ]
+        if rows is not None:
+            for i_name, pre, o_name in states:
+                arrays[i_name][pre + (rows,)] = outs[o_name]
+        return r, _Columns(outs, self._out_axes)
 
     # -- events -----------------------------------------------------------------------------
 
