@@ -170,8 +170,8 @@ class BlockPushError(EdgeSDKError):
         ids = list(errors)
         shown = ", ".join(repr(i) for i in ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
         super().__init__(
-            f"push_block: {len(ids)} of {chunks} chunks refused (stream {shown}); the other {chunks - len(ids)} were pushed, "
-            f"and the {len(results)} windows this call ran are in .results. Stream {first_id!r}: {first}"
+            f"push_block: {len(ids)} of {chunks} chunks refused or their call failed (stream {shown}); the other {chunks - len(ids)} were "
+            f"pushed, and the {len(results)} windows this call ran are in .results. Stream {first_id!r}: {first}"
         )
 
 
@@ -562,12 +562,6 @@ class _Framer:
     zero fill, makes exactly one window and leaves the buffer as full as before; it checks only
     what that case needs and builds the window with one concatenation. Anything else goes to :meth:`push`, which gives the
     same windows (tests/test_streams.py compares both on random push sequences)."""
-
-    __slots__ = (
-        "o", "stream_id", "_emit", "_dtype", "_is_float", "_sr", "_ms_per_sample", "_tol", "_window", "_hop", "_layout", "_buf",
-        "_steady_min", "_steady_shapes", "_mono_1d", "_win_shape", "_head_n", "_head2", "_head1", "_index", "_in_idx", "epoch",
-        "_fill", "_skip", "_filled", "_anchor_ts", "_anchor_idx", "_last_ts", "__dict__",
-    )  # fmt: skip  # slots: a router's block push reads and writes these for many streams (__dict__: tests wrap methods)
 
     def __init__(
         self, opts: SignalStreamOptions, stream_id: Hashable, emit: Callable[[StreamEvent], None], buf: np.ndarray | None = None
@@ -1167,15 +1161,16 @@ def _on_axis(ax: int, index: Any) -> tuple[Any, ...]:
 
 
 class _Slab:
-    """The sample buffers and model states of a batching router's streams, one row per open stream.
+    """A router's streams as rows of a few arrays, one row per open stream: the sample buffers,
+    a batching router's model states, and the clocks of streams in block mode.
 
     ``buf`` is [rows, buffer_samples, channels] (each stream's framer works on its row); each
     state input's array holds the rows on its pair's batch axis. A block push
-    (:meth:`StreamRouter.push_block`) reads and rewrites many streams' buffered samples with one
-    numpy call each; a batch takes its streams' states with one ``np.take`` per state input and
-    puts the new ones back with one assignment. A closed stream's row is reused; the arrays start
-    at min(64, max_streams) rows and double up to ``max_streams``, the open streams' framers
-    re-pointed at their rows of the new buffer."""
+    (:meth:`StreamRouter.push_block`) reads and rewrites many streams' buffered samples and clocks
+    with one numpy call each; a batch takes its streams' states with one ``np.take`` (or a slice)
+    per state input and puts the new ones back with one assignment. A closed stream's row is
+    reused; the arrays start at min(64, max_streams) rows and double up to ``max_streams``, the
+    open streams' framers re-pointed at their rows of the new buffer."""
 
     def __init__(self, b: _Binding, opts: SignalStreamOptions, max_rows: int, *, states: bool) -> None:
         self._init = b.row_init
