@@ -299,6 +299,60 @@ def test_a_failing_call_loses_only_its_windows(tmp_path):
         assert ei.value.results.stream_ids == (6,) and ei.value.results.index.tolist() == [r]
 
 
+def _lookup_model(tmp_path, batched: bool):
+    """y = table[int(x[:, 0])]: ONNX Runtime fails the call (Gather out of bounds) when a window
+    starts with a value >= 3, so a failure can be put in one stream's chunk."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    b: Any = "batch" if batched else 1
+    g = helper.make_graph(
+        [
+            helper.make_node("Slice", ["x", "st", "en", "ax"], ["x0"]),  # [B, 1]
+            helper.make_node("Cast", ["x0"], ["i"], to=TensorProto.INT64),
+            helper.make_node("Gather", ["table", "i"], ["g"], axis=0),  # [B, 1]
+            helper.make_node("Identity", ["g"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [b, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [b, 1])],
+        [
+            numpy_helper.from_array(np.array([10.0, 20.0, 30.0], np.float32), "table"),
+            numpy_helper.from_array(np.array([0], np.int64), "st"),
+            numpy_helper.from_array(np.array([1], np.int64), "en"),
+            numpy_helper.from_array(np.array([1], np.int64), "ax"),
+        ],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    spec: dict[str, Any] = {"name": "x", "dtype": "float32", "shape": [b, 4]}
+    if batched:
+        spec["dims"] = {"batch": [1, 8]}
+    return _package(tmp_path, f"lookup-{batched}", m.SerializeToString(), [spec], [{"name": "y", "dtype": "float32", "shape": [b, 1]}])
+
+
+@pytest.mark.parametrize("batch_size", [1, 2])
+def test_a_runtime_error_in_one_call_spares_the_rest(tmp_path, batch_size):
+    """A real ONNX Runtime failure (an index out of bounds) in one stream's window: its call's
+    chunks are in BlockPushError.errors as SessionError, every other chunk ran, on push()'s path
+    (the first block) and in block mode (the next ones)."""
+    from edge_sdk.errors import SessionError
+
+    model = _lookup_model(tmp_path, batched=batch_size > 1)
+    rt = StreamRouter(model, opts(window=4), batch_size=batch_size)
+    ids = ["a", "b", "c", "d"]
+    for r in range(3):
+        x = np.ones((4, 4), np.float32)
+        x[2, 0] = 7.0  # stream "c": out of the table
+        with pytest.raises(BlockPushError) as ei:
+            rt.push_block(ids, x, [4.0 * r] * 4)
+        e = ei.value
+        failed = {"c"} if batch_size == 1 else {"c", "d"}  # batch 2: "c" shares its call with "d"
+        assert set(e.errors) == failed and all(isinstance(v, SessionError) for v in e.errors.values())
+        assert sorted(e.results.stream_ids) == sorted(set(ids) - failed)
+        assert e.results.outputs["y"][:, 0, 0].tolist() == [20.0] * (4 - len(failed))
+        assert all(rt.stream(i)._in_block for i in ids)  # entered after the first block (push()'s path), kept after
+
+
 def test_unbatched_router_block(tmp_path):
     """batch_size 1: one call per window, each stream's state its own; streams stay directly
     pushable (push() on the stream takes the clock back from block mode)."""

@@ -1628,10 +1628,10 @@ class StreamRouter:
                 try:
                     s = self._stream_for(ids[j])
                     if self.batch_size == 1:
-                        self._ready += [_one_row(w) for w in s._push(x[j], ts[j])]
+                        self._ready += [_one_row(w) for w in s._push(x[j], ts[j])]  # (runs the model)
                     else:
                         self._frame_one(s, x[j], ts[j], None)
-                except (InputError, StreamClosedError, StreamLimitError) as e:
+                except Exception as e:  # refused as push() refuses it, or its call failed: the others go on
                     errors[ids[j]] = e
             self._run_all(errors)
             after, self._ready = self._ready, []
