@@ -1,6 +1,7 @@
 """Streaming voice-activity detection (Silero VAD) over several audio streams, with edge_sdk.
 
     python samples/vad_stream.py A.wav [B.wav ...]      # each file is one stream
+    python samples/vad_stream.py --block A.wav [B.wav ...]  # every stream's next 32 ms in one call
     python samples/vad_stream.py --mic [--device hw:1,0] [--seconds S]
     arecord -q -f S16_LE -r 16000 -c 1 -t raw | python samples/vad_stream.py --raw -
 
@@ -9,6 +10,11 @@ streams as it would from several microphones, and each stream keeps its own VAD 
 LSTM state carried from one 32 ms window to the next), so one stream's speech never leaks into
 another's. Windows of several streams run as one batched model call. Speech segments are
 printed per stream as they end (``NAME: speech START-END ms``), then a summary.
+
+``--block`` is what a server holding every stream's audio does: each round, the next 32 ms (one
+Silero hop, 512 samples) of every stream go to ``StreamRouter.push_block`` as one [streams, 512]
+array, which checks, cuts and runs them together and returns the windows as columns (a file's
+last, shorter chunk is pushed alone). The probabilities are the same as with ``push``.
 
 WAV files must be 16-bit PCM mono; other sample rates are resampled to 16 kHz. ``--mic`` reads
 16 kHz mono S16_LE PCM from ALSA's ``arecord`` (package alsa-utils); ``--raw FILE|-`` reads the
@@ -34,6 +40,7 @@ from edge_sdk.streams import StreamRouter
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tools/ fetches and packages the model
 from tools.fixtures import fetch_pretrained  # noqa: E402
 from tools.fixtures.vad_package import (  # noqa: E402
+    HOP,
     MAX_BATCH,
     SR,
     VAD,
@@ -88,13 +95,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--package", help="the Silero VAD package (default: built from the pinned, fetched model)")
     ap.add_argument("--batch", type=int, default=0, help="streams per model call (default: all of them, at most 64; 1: unbatched)")
     ap.add_argument("--chunk-ms", type=int, default=20, help="audio per push, as a capture driver would deliver it (default 20)")
+    ap.add_argument("--block", action="store_true", help="WAV files: push every stream's next 32 ms in one push_block call per round")
     ap.add_argument("--threshold", type=float, default=0.5, help="speech starts at this probability (ends below threshold - 0.15)")
     ap.add_argument("--verbose", action="store_true", help="print every window's speech probability")
     args = ap.parse_args(argv)
     if bool(args.wav) + args.mic + (args.raw is not None) != 1:
         ap.error("give WAV files, or --mic, or --raw FILE (one of them)")
+    if args.block and not args.wav:
+        ap.error("--block takes WAV files (every stream's audio at hand)")
     sys.stdout.reconfigure(line_buffering=True)
-    chunk = SR * args.chunk_ms // 1000
+    chunk = HOP if args.block else SR * args.chunk_ms // 1000
 
     # The sources: name -> iterator of float32 chunks at 16 kHz.
     proc = None
@@ -146,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
                                  constants=VAD_CONSTANTS, batch_size=batch) as router:  # fmt: skip
             live = dict(sources)
             while live:  # one chunk of every stream per round: interleaved, as live capture would be
+                full: list[tuple[str, np.ndarray]] = []  # --block: this round's whole chunks
                 for name, chunks in list(live.items()):
                     x = next(chunks, None)
                     if x is None or (limit is not None and pos[name] >= limit):
@@ -153,8 +164,17 @@ def main(argv: list[str] | None = None) -> int:
                         consume(router.close(name))  # runs its queued windows (and others') first
                         report(name, segmenters[name].finish())
                         continue
+                    if args.block and len(x) == HOP:
+                        full.append((name, x))
+                        continue
                     consume(router.push(name, x, pos[name] * 1000.0 / SR))
                     pos[name] += len(x)
+                if full:  # every stream's chunk in one call; the windows come back as columns
+                    ids = [n for n, _ in full]
+                    block = router.push_block(ids, np.stack([x for _, x in full]), [pos[n] * 1000.0 / SR for n in ids])
+                    consume(block.windows())
+                    for n in ids:
+                        pos[n] += HOP
     except KeyboardInterrupt:
         for name, seg in segmenters.items():  # (the router's exit ran the queued windows)
             report(name, seg.finish())

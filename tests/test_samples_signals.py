@@ -245,12 +245,14 @@ def test_vad_streams_keep_their_own_state(wavs, env):
     alone = {n: run(VADS, f"{n}.wav", "--verbose", cwd=d, env=env).stdout for n in ("a", "b")}
     together = run(VADS, "b.wav", "c.wav", "a.wav", "--verbose", cwd=d, env=env).stdout
     unbatched = run(VADS, "a.wav", "b.wav", "--verbose", "--batch", "1", "--chunk-ms", "7", cwd=d, env=env).stdout
+    blocks = run(VADS, "--block", "c.wav", "a.wav", "b.wav", "--verbose", cwd=d, env=env).stdout  # push_block per round
     for n in ("a", "b"):
         ref = probs_of(alone[n], f"{n}.wav")
         assert len(ref) > 200
         assert probs_of(together, f"{n}.wav") == ref
         assert probs_of(unbatched, f"{n}.wav") == ref
-        assert segments_of(together, f"{n}.wav") == segments_of(alone[n], f"{n}.wav") == segments_of(unbatched, f"{n}.wav")
+        assert probs_of(blocks, f"{n}.wav") == ref
+        assert segments_of(together, f"{n}.wav") == segments_of(alone[n], f"{n}.wav") == segments_of(unbatched, f"{n}.wav") == segments_of(blocks, f"{n}.wav")
     probs_a = np.array([float(s.split("p=")[1]) for s in probs_of(alone["a"], "a.wav")])
     assert probs_a.max() > 0.9 and probs_a.min() < 0.05  # (the comparison is between informative numbers)
 
@@ -281,6 +283,8 @@ def test_vad_bad_inputs_are_clear_errors(wavs, env, tmp_path):
     assert "WavFormatError" in run(VADS, "stereo.wav", cwd=tmp_path, env=env).stderr
     p = run(VADS, cwd=tmp_path, env=env)
     assert p.returncode == 2 and "give WAV files, or --mic, or --raw FILE" in p.stderr
+    p = run(VADS, "--block", "--raw", "-", cwd=tmp_path, env=env, stdin=b"")
+    assert p.returncode == 2 and "--block takes WAV files" in p.stderr
     p = run(VADS, "--package", str(tmp_path), "--raw", "-", cwd=tmp_path, env=env, stdin=b"")
     assert p.returncode == 1 and "cannot load the VAD model" in p.stderr
     p = run(VADS, "--help", cwd=tmp_path, env=env)
