@@ -351,19 +351,22 @@ class WindowResult(NamedTuple):
 
 class _Batch(NamedTuple):
     """The windows of one model call of a router, as columns (row i: a window of stream
-    ``stream_ids[i]``), before they become WindowResults or part of a WindowBlock."""
+    ``stream_ids[i]``), before they become WindowResults or part of a WindowBlock: lists
+    (``push()``'s path, turned into WindowResults as they are) or arrays (a block's)."""
 
     stream_ids: tuple[Hashable, ...]
-    index: np.ndarray  # type: ignore[assignment]  # shadows tuple.index, as WindowResult's does
-    start_sample: np.ndarray
-    timestamp_ms: np.ndarray
-    epoch: np.ndarray
-    filled_samples: np.ndarray
+    index: Sequence[int]  # type: ignore[assignment]  # shadows tuple.index, as WindowResult's does
+    start_sample: Sequence[int]
+    timestamp_ms: Sequence[float]
+    epoch: Sequence[int]
+    filled_samples: Sequence[int]
     outputs: "_Columns"
     result: "Result"
 
 
-def _windows(ids: Sequence[Hashable], index: list[int], start: list[int], ts: list[float], dur: float, epoch: list[int], filled: list[int], part: tuple["Result", "_Columns"]) -> list[WindowResult]:
+def _windows(
+    ids: Sequence[Hashable], index: Sequence[int], start: Sequence[int], ts: Sequence[float], dur: float, epoch: Sequence[int], filled: Sequence[int], part: tuple["Result", "_Columns"]
+) -> list[WindowResult]:
     """One :class:`WindowResult` per row of one call (``part``: its Result and output columns), as
     ``push()`` returns them."""
     r, cols = part
@@ -380,7 +383,7 @@ def _windows(ids: Sequence[Hashable], index: list[int], start: list[int], ts: li
 
 
 def _batch_windows(b: _Batch, dur: float) -> list[WindowResult]:
-    return _windows(b.stream_ids, b.index.tolist(), b.start_sample.tolist(), b.timestamp_ms.tolist(), dur, b.epoch.tolist(), b.filled_samples.tolist(), (b.result, b.outputs))
+    return _windows(b.stream_ids, b.index, b.start_sample, b.timestamp_ms, dur, b.epoch, b.filled_samples, (b.result, b.outputs))
 
 
 class WindowBlock:
@@ -525,11 +528,11 @@ def _one_row(w: WindowResult) -> _Batch:
         _Batch,
         (
             (w.stream_id,),
-            np.array([w.index], np.int64),
-            np.array([w.start_sample], np.int64),
-            np.array([w.timestamp_ms], np.float64),
-            np.array([w.epoch], np.int64),
-            np.array([w.filled_samples], np.int64),
+            [w.index],
+            [w.start_sample],
+            [w.timestamp_ms],
+            [w.epoch],
+            [w.filled_samples],
             _Columns(w.result.outputs, None),
             w.result,
         ),
@@ -1001,7 +1004,7 @@ class SignalStream:
         self._in_block = False  # the router's block arrays hold this stream's clock (see _unblock)
         self._state: Any = None
         if self._b.stateful:
-            self._state = model.stream() if _owner is None else _RowState(_row[0] if _row is not None else -1)
+            self._state = model.stream() if _owner is None else _RowState()
         self._lock = threading.Lock()
         self._closed = False
 
@@ -1143,15 +1146,14 @@ class SignalStream:
 
 
 class _RowState:
-    """One stream's model state in a batching router: its row in the router's :class:`_Slab`, and
-    the epoch the row's state belongs to. A window of a later epoch (the stream restarted: gap
-    reset, ``reset()``) starts from the initial state, so a reset takes effect in the stream's own
-    order, after its windows queued before it have run."""
+    """One stream's model state in a batching router (the values are in its row of the router's
+    :class:`_Slab`): the epoch that state belongs to. A window of a later epoch (the stream
+    restarted: gap reset, ``reset()``) starts from the initial state, so a reset takes effect in
+    the stream's own order, after its windows queued before it have run."""
 
-    __slots__ = ("row", "epoch")
+    __slots__ = ("epoch",)
 
-    def __init__(self, row: int) -> None:
-        self.row = row
+    def __init__(self) -> None:
         self.epoch = 0
 
 
@@ -1230,24 +1232,22 @@ class _Slab:
         fr._anchor_ts, fr._last_ts = float(self.anchor_ts[row]), float(self.last_ts[row])
         self.blk[row] = False
 
-    def take(self, framer_of: Callable[[tuple[int, np.ndarray]], _Framer]) -> int:
-        """A free row, its state set to the initial one; ``framer_of((row, buffer row))`` makes the
-        framer that works on it."""
+    def take(self) -> tuple[int, np.ndarray]:
+        """A free row, its state set to the initial one, and its buffer (bind() its framer)."""
         if not self._free:
             self._grow()
         row = self._free.pop()
-        try:
-            self._framers[row] = framer_of((row, self.buf[row]))
-        except BaseException:
-            self._free.append(row)
-            raise
         self.reset_state(row)
-        return row
+        return row, self.buf[row]
+
+    def bind(self, row: int, fr: _Framer) -> None:
+        """``fr`` works on ``row``'s buffer (re-pointed when the slab grows)."""
+        self._framers[row] = fr
 
     def release(self, row: int) -> None:
-        if self._framers.pop(row, None) is not None:
-            self.blk[row] = False
-            self._free.append(row)
+        self._framers.pop(row, None)
+        self.blk[row] = False
+        self._free.append(row)
 
     def reset_state(self, row: int) -> None:
         for name, a in self.states.items():
@@ -1397,7 +1397,6 @@ class StreamRouter:
         self._events: deque[StreamEvent] = deque(maxlen=options.max_events)
         self._lock = threading.RLock()
         self._closed = False
-        self._last_now = 0.0
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -1446,15 +1445,14 @@ class StreamRouter:
             self._events.append(
                 StreamEvent("evicted", "close", old_id, math.nan, 0, f"stream {old_id!r} closed to open {stream_id!r} (max_streams={self.max_streams}, least recently pushed)")
             )
-        made: list[SignalStream] = []
         owner = self if self.batch_size > 1 else None
-
-        def framer_of(row: tuple[int, np.ndarray]) -> _Framer:
-            made.append(SignalStream(self.model, self.options, stream_id=stream_id, on_event=self._events.append, _binding=self._b, _owner=owner, _router=self, _row=row))
-            return made[0]._framer
-
-        row = self._slab.take(framer_of)
-        s = made[0]
+        row, buf = self._slab.take()
+        try:
+            s = SignalStream(self.model, self.options, stream_id=stream_id, on_event=self._events.append, _binding=self._b, _owner=owner, _router=self, _row=(row, buf))
+        except BaseException:
+            self._slab.release(row)
+            raise
+        self._slab.bind(row, s._framer)
         self._streams[stream_id] = s
         self._rowmap[stream_id] = row
         return s
@@ -1544,16 +1542,14 @@ class StreamRouter:
         """Cut one push of a batching router into windows, queue them and run the batches now due,
         then those overdue. The clock is read once per push that queues windows or finds some queued,
         and again only after a batch ran (time passed), as often as the overdue check needs it."""
-        now: float | None = None
-        if self._frame_one(s, samples, timestamp_ms, None):
-            now = self._last_now
-            if self._run_due():
-                now = None
+        now = self._frame_one(s, samples, timestamp_ms)
+        if now is not None and self._run_due():
+            now = None
         self._run_overdue_at(now)
 
-    def _frame_one(self, s: SignalStream, samples: Any, timestamp_ms: Any, now: float | None) -> bool:
-        """Cut one push into windows and queue them (stamped ``now``, or the clock's reading then,
-        kept in ``_last_now``); True if it queued any. Runs no batch."""
+    def _frame_one(self, s: SignalStream, samples: Any, timestamp_ms: Any) -> float | None:
+        """Cut one push into windows and queue them, stamped with the clock's reading, which is
+        returned (None if the push made no window). Runs no batch."""
         with s._lock:
             s._check_open()
             s._unblock()
@@ -1563,20 +1559,19 @@ class StreamRouter:
             else:
                 frames = s._framer.push(samples, timestamp_ms).frames  # a reset is applied by epoch (_RowState)
         if not frames:
-            return False
-        if now is None:
-            now = self._clock()
-        self._last_now = now
+            return None
+        now = self._clock()
         q = self._queue
         st = s._state
         for f in frames:
             q.append(_tnew(_Pending, (s, st, f, now)))
         queued = self._queued
         queued[s] = queued.get(s, 0) + len(frames)
-        return True
+        return now
 
     def _run_overdue_at(self, now: float | None) -> None:
-        """_run_overdue on the clock reading ``now`` (None: read it if a window is queued)."""
+        """Run batches while the oldest queued window has waited ``max_wait_ms``, judged on the clock
+        reading ``now`` (None: read it if a window is queued), read again after each batch."""
         q = self._queue
         if not q:
             return
@@ -1630,7 +1625,7 @@ class StreamRouter:
                     if self.batch_size == 1:
                         self._ready += [_one_row(w) for w in s._push(x[j], ts[j])]  # (runs the model)
                     else:
-                        self._frame_one(s, x[j], ts[j], None)
+                        self._frame_one(s, x[j], ts[j])
                 except Exception as e:  # refused as push() refuses it, or its call failed: the others go on
                     errors[ids[j]] = e
             self._run_all(errors)
@@ -1661,7 +1656,9 @@ class StreamRouter:
         if not batches:
             e = np.zeros(0, np.int64)
             return WindowBlock((), e, e, e, np.zeros(0, np.float64), dur, e, e, [])
-        cat = np.concatenate
+        def cat(cols: list[Any], dtype: Any = np.int64) -> np.ndarray:  # lists (push()'s path) and arrays alike
+            return np.concatenate(cols).astype(dtype, copy=False)
+
         rows = tuple(i for b in batches for i in b.stream_ids)
         where = {sid: j for j, sid in enumerate(ids)}
         return WindowBlock(
@@ -1669,7 +1666,7 @@ class StreamRouter:
             np.array([where.get(sid, -1) for sid in rows], np.int64),
             cat([b.index for b in batches]),
             cat([b.start_sample for b in batches]),
-            cat([b.timestamp_ms for b in batches]),
+            cat([b.timestamp_ms for b in batches], np.float64),
             dur,
             cat([b.epoch for b in batches]),
             cat([b.filled_samples for b in batches]),
@@ -1878,7 +1875,7 @@ class StreamRouter:
         """Run queued windows if the oldest has waited ``max_wait_ms`` (and return any
         results not yet returned); else nothing."""
         with self._lock:
-            self._run_overdue()
+            self._run_overdue_at(None)
             return self._take_ready()
 
     def flush(self) -> list[WindowResult]:
@@ -1907,11 +1904,6 @@ class StreamRouter:
             self._run_batch(self._take())
             ran = True
         return ran
-
-    def _run_overdue(self) -> None:
-        q = self._queue
-        while q and (self._clock() - q[0].enqueued_s) * 1000.0 >= self.max_wait_ms:
-            self._run_batch(self._take())
 
     def _run_all(self, errors: dict[Hashable, Exception] | None = None) -> None:
         """Run every queued window. With ``errors``, a failing call's error is recorded there for
@@ -1973,14 +1965,16 @@ class StreamRouter:
             for j, p in enumerate(rows):
                 st = p.state
                 assert st is not None  # a stateful stream's windows carry its state
+                row = p.stream._row
+                assert row is not None  # a router's streams have slab rows
                 if st.epoch != p.frame.epoch:  # the stream restarted since this state was made
-                    slab.reset_state(st.row)
+                    slab.reset_state(row)
                     st.epoch = p.frame.epoch
-                idx[j] = st.row
+                idx[j] = row
         r, cols = self._call_rows(data, idx)
-        ints = np.array([(f.window, f.start_sample, f.epoch, f.filled) for f in frames], np.int64).T
-        ts = np.array([f.timestamp_ms for f in frames], np.float64)
-        self._ready.append(_tnew(_Batch, (tuple(p.stream.stream_id for p in rows), ints[0], ints[1], ts, ints[2], ints[3], cols, r)))
+        ids = tuple(p.stream.stream_id for p in rows)
+        index, start, ts, epoch, filled = ([f[i] for f in frames] for i in (0, 1, 2, 3, 4))  # _Frame's fields, as lists
+        self._ready.append(_tnew(_Batch, (ids, index, start, ts, epoch, filled, cols, r)))
 
     def _call_rows(self, data: np.ndarray, rows: "np.ndarray | slice | None") -> "tuple[Result, _Columns]":
         """One model call on ``data`` (the windows stacked on axis 0) with the states of slab
