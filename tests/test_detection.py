@@ -446,6 +446,28 @@ def _faces(model: edge_sdk.Model, img: np.ndarray, **kw: Any) -> Detections:
     )  # fmt: skip
 
 
+@pytest.mark.parametrize("threshold", [0.5, 0.75, 1e-9, 1 - 1e-9, 0.0, 1.0])
+def test_decode_blazeface_keeps_exactly_the_anchors_whose_score_reaches_the_threshold(threshold: float) -> None:
+    """Only logits near or over log(t / (1 - t)) are scored; the kept set and scores must be those
+    of scoring all 896, also for logits a float32 ulp either side of the cut."""
+    rng = np.random.default_rng(3)
+    reg = rng.normal(0, 3, (1, 896, 16)).astype(np.float32)
+    reg[0, :, 2:4] = np.abs(reg[0, :, 2:4]) + 1  # positive sizes: no box dropped for its size
+    logits = rng.normal(0, 4, 896).astype(np.float32)
+    if 0 < threshold < 1:
+        cut = np.float32(math.log(threshold / (1 - threshold)))
+        logits[:30] = cut
+        logits[30:60] = np.nextafter(cut, np.float32(-np.inf))
+        logits[60:90] = np.nextafter(cut, np.float32(np.inf))
+    logits[90:95] = [np.nan, np.inf, -np.inf, 200.0, -200.0]
+    cls = logits.reshape(1, 896, 1)
+    scores = 1.0 / (1.0 + np.exp(-np.clip(logits.astype(np.float64), -100, 100)))  # every anchor scored
+    want = np.flatnonzero(scores >= threshold)
+    got = decode_blazeface(reg, cls, score_threshold=threshold, weighted=False, iou_threshold=1.0, clip=False)  # none suppressed
+    assert len(got) == want.size
+    np.testing.assert_array_equal(np.sort(got.scores), np.sort(scores[want].astype(np.float32)))
+
+
 def test_blazeface_finds_the_astronaut(face_model: edge_sdk.Model) -> None:
     faces = _faces(face_model, _photo("astronaut"))
     assert len(faces) == 1, faces.to_dict()

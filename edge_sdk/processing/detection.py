@@ -160,6 +160,9 @@ class Detection(NamedTuple):
 # many boxes
 
 
+_I32 = np.iinfo(np.int32)
+
+
 def _frozen(a: np.ndarray) -> np.ndarray:
     a.setflags(write=False)
     return a
@@ -224,7 +227,7 @@ class Detections:
             raise TypeError(f"Detections.class_ids: expected integers, got dtype {cid.dtype}")
         if cid.shape != (n,):
             raise ValueError(f"Detections.class_ids: expected shape [{n}], got {list(cid.shape)}")
-        if n and (cid.min() < np.iinfo(np.int32).min or cid.max() > np.iinfo(np.int32).max):
+        if n and not np.can_cast(cid.dtype, np.int32) and (cid.min() < _I32.min or cid.max() > _I32.max):
             raise ValueError("Detections.class_ids: values do not fit int32")
         cid = np.array(cid, dtype=np.int32, copy=True)
         if self.labels is None:
@@ -427,19 +430,30 @@ def box_iou(a: Any, b: Any) -> np.ndarray:
     """Pairwise IoU: a [N, 4], b [M, 4] (xyxy) -> float64 [N, M]; 0 where the union is empty."""
     a = np.asarray(a, dtype=np.float64).reshape(-1, 4)
     b = np.asarray(b, dtype=np.float64).reshape(-1, 4)
-    area_a = np.clip(a[:, 2] - a[:, 0], 0, None) * np.clip(a[:, 3] - a[:, 1], 0, None)
-    area_b = np.clip(b[:, 2] - b[:, 0], 0, None) * np.clip(b[:, 3] - b[:, 1], 0, None)
-    iw = np.clip(np.minimum(a[:, None, 2], b[None, :, 2]) - np.maximum(a[:, None, 0], b[None, :, 0]), 0, None)
-    ih = np.clip(np.minimum(a[:, None, 3], b[None, :, 3]) - np.maximum(a[:, None, 1], b[None, :, 1]), 0, None)
+    return _iou(a[:, None, :], _areas(a)[:, None], b[None, :, :], _areas(b)[None, :])
+
+
+def _areas(b: np.ndarray) -> np.ndarray:
+    """Box areas, a negative side counted as 0 (float64 [N, 4] -> [N])."""
+    area: np.ndarray = np.maximum(b[:, 2] - b[:, 0], 0.0) * np.maximum(b[:, 3] - b[:, 1], 0.0)
+    return area
+
+
+def _iou(a: np.ndarray, area_a: np.ndarray, b: np.ndarray, area_b: np.ndarray) -> np.ndarray:
+    """IoU of boxes ``a`` and ``b`` broadcast against each other (last axis xyxy), given their
+    areas; 0 where the union is empty. (np.maximum rather than np.clip: the same values, NaN
+    included, without np.clip's Python layers; the masked divide needs no errstate.)"""
+    iw = np.maximum(np.minimum(a[..., 2], b[..., 2]) - np.maximum(a[..., 0], b[..., 0]), 0.0)
+    ih = np.maximum(np.minimum(a[..., 3], b[..., 3]) - np.maximum(a[..., 1], b[..., 1]), 0.0)
     inter = iw * ih
-    union = area_a[:, None] + area_b[None, :] - inter
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(union > 0, inter / np.where(union > 0, union, 1.0), 0.0)
+    union = area_a + area_b - inter
+    out: np.ndarray = np.divide(inter, union, out=np.zeros(inter.shape), where=union > 0)
+    return out
 
 
-def _iou_one(box: np.ndarray, others: np.ndarray) -> np.ndarray:
-    iou: np.ndarray = box_iou(box[None], others)[0]
-    return iou
+def _iou_one(i: int, rest: np.ndarray, b: np.ndarray, areas: np.ndarray) -> np.ndarray:
+    """IoU of box ``i`` of ``b`` with the boxes ``rest`` (indices), ``areas`` precomputed."""
+    return _iou(b[i], areas[i], b[rest], areas[rest])
 
 
 def nms(
@@ -467,6 +481,7 @@ def nms(
     cls = _check_classes(class_ids, b.shape[0], "nms")
     cap = _check_max(max_detections, "nms")
     order = np.argsort(-s, kind="stable")
+    areas = _areas(b)
     keep: list[int] = []
     while order.size:
         i = int(order[0])
@@ -474,7 +489,7 @@ def nms(
         if cap is not None and len(keep) >= cap:
             break
         rest = order[1:]
-        drop = _iou_one(b[i], b[rest]) > thr
+        drop = _iou_one(i, rest, b, areas) > thr
         if cls is not None:
             drop &= cls[rest] == cls[i]
         order = rest[~drop]
@@ -518,12 +533,13 @@ def weighted_nms(
         if kp.ndim != 3 or kp.shape[0] != b.shape[0] or kp.shape[2] != 2:
             raise ValueError(f"weighted_nms: keypoints: expected shape [{b.shape[0]}, K, 2], got {list(kp.shape)}")
     order = np.argsort(-s, kind="stable")
+    areas = _areas(b)
     lead: list[int] = []
     out_b: list[np.ndarray] = []
     out_k: list[np.ndarray] = []
     while order.size:
         i = int(order[0])
-        member = _iou_one(b[i], b[order]) > thr
+        member = _iou_one(i, order, b, areas) > thr
         member[0] = True  # the leader is always in its own cluster (even a zero-area box)
         if cls is not None:
             member &= cls[order] == cls[i]
@@ -705,8 +721,8 @@ def _to_source(
         frame = (int(transform.source_hw[0]), int(transform.source_hw[1]))
     if clip and frame is not None:
         h, w = frame
-        xyxy[:, 0::2] = np.clip(xyxy[:, 0::2], 0, w)
-        xyxy[:, 1::2] = np.clip(xyxy[:, 1::2], 0, h)
+        xyxy[:, 0::2] = np.minimum(np.maximum(xyxy[:, 0::2], 0.0), w)
+        xyxy[:, 1::2] = np.minimum(np.maximum(xyxy[:, 1::2], 0.0), h)
     return xyxy.astype(np.float32), None if kps is None else kps.astype(np.float32)
 
 
@@ -716,8 +732,24 @@ def _labels_for(ids: np.ndarray, labels: Sequence[str]) -> tuple[str, ...]:
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    s: np.ndarray = 1.0 / (1.0 + np.exp(-np.clip(x, -100.0, 100.0)))
+    s: np.ndarray = 1.0 / (1.0 + np.exp(-np.minimum(np.maximum(x, -100.0), 100.0)))
     return s
+
+
+def _blazeface_keep(logits: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray]:
+    """The anchors whose score sigmoid(clip(logit, +-100)) (float64) is >= ``threshold``, and those
+    scores. The sigmoid is increasing, so a logit under log(t / (1 - t)) cannot score t: only the
+    logits from just under that cut (a margin far wider than the rounding of either side) are
+    scored, and the exact test on their scores decides, so the result is the same as scoring all
+    (a few of the 896 anchors pass, and scoring them alone saves most of the decode's time)."""
+    if 0.0 < threshold < 1.0:
+        cand = np.flatnonzero(logits >= math.log(threshold / (1.0 - threshold)) - 1e-3)
+        scores = _sigmoid(logits[cand].astype(np.float64))
+    else:
+        cand = np.arange(logits.shape[0])
+        scores = _sigmoid(logits.astype(np.float64))
+    ok = scores >= threshold
+    return cand[ok], scores[ok]
 
 
 # --------------------------------------------------------------------------
@@ -771,25 +803,24 @@ def decode_blazeface(
         raise ValueError(f"decode_blazeface: anchors: expected [{n}, 4] for {n} regressor rows, got {list(anc.shape)}")
     if not 0.0 <= score_threshold <= 1.0:
         raise OptionsError(f"decode_blazeface: score_threshold: expected [0, 1], got {score_threshold}")
-    scores = _sigmoid(cls.reshape(n).astype(np.float64))
-    keep = np.flatnonzero(scores >= score_threshold)
+    keep, scores = _blazeface_keep(cls.reshape(n), score_threshold)
     k = (reg.shape[1] - 4) // 2
     if keep.size == 0:
         return Detections.empty(num_keypoints=k)
     r = reg[keep].astype(np.float64)
     a = anc[keep].astype(np.float64)
-    axc, ayc, aw, ah = a[:, 0], a[:, 1], a[:, 2], a[:, 3]
-    # normalised units, exactly TensorsToDetectionsCalculator::DecodeBoxes
-    xc = r[:, 0] / w_in * aw + axc
-    yc = r[:, 1] / h_in * ah + ayc
-    w = r[:, 2] / w_in * aw
-    h = r[:, 3] / h_in * ah
-    ok = (w >= 0) & (h >= 0)
-    boxes = np.stack([xc - w / 2, yc - h / 2, xc + w / 2, yc + h / 2], axis=1)[ok]
-    kx = r[:, 4::2] / w_in * aw[:, None] + axc[:, None]
-    ky = r[:, 5::2] / h_in * ah[:, None] + ayc[:, None]
-    kps = np.stack([kx, ky], axis=2)[ok]
-    sc = scores[keep][ok]
+    # normalised units, exactly TensorsToDetectionsCalculator::DecodeBoxes: every (x, y) column pair
+    # is value / input size * anchor size, plus the anchor centre for the box centre and the K
+    # keypoints (not for the box's w, h); the whole [kept, 4 + 2K] block in a few passes
+    pairs = 2 + k
+    d = r / np.array((w_in, h_in) * pairs, np.float64) * a[:, [2, 3] * pairs]
+    d[:, :2] += a[:, :2]
+    d[:, 4:] += a[:, [0, 1] * k]
+    ok = (d[:, 2] >= 0) & (d[:, 3] >= 0)
+    half = d[:, 2:4] / 2
+    boxes = np.concatenate((d[:, :2] - half, d[:, :2] + half), axis=1)[ok]
+    kps = d[:, 4:].reshape(-1, k, 2)[ok]
+    sc = scores[ok]
     if sc.size == 0:
         return Detections.empty(num_keypoints=k)
     # to input pixels (IoU is unchanged by this axis-aligned scaling, so NMS may run here)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -201,9 +202,18 @@ def _check_image(img: object) -> np.ndarray:
 
 
 def _affine(pre: ImagePreprocess) -> tuple[np.ndarray, np.ndarray]:
-    std = np.asarray(pre.std, dtype=np.float64)
-    a = (pre.scale / std).astype(np.float32)
-    b = (-np.asarray(pre.mean, dtype=np.float64) / std).astype(np.float32)
+    return _affine_of(pre.scale, tuple(pre.mean), tuple(pre.std))
+
+
+@lru_cache(maxsize=64)
+def _affine_of(scale: float, mean: tuple[float, ...], std: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """``x * scale`` then ``(x - mean) / std`` as ``x * a + b`` (float32, read-only; one pair per
+    preprocessing, not one per frame)."""
+    sd = np.asarray(std, dtype=np.float64)
+    a = (scale / sd).astype(np.float32)
+    b = (-np.asarray(mean, dtype=np.float64) / sd).astype(np.float32)
+    a.setflags(write=False)
+    b.setflags(write=False)
     return a, b
 
 
@@ -310,7 +320,9 @@ def _preprocess(img: np.ndarray, spec: TensorSpec, color: str, max_pixels: int) 
         code = cv2.COLOR_RGB2GRAY if color == "RGB" else cv2.COLOR_BGR2GRAY
         out = cv2.cvtColor(np.ascontiguousarray(out), code)[:, :, None]
     elif out.shape[2] == 3 and color != pre.color:
-        out = out[:, :, ::-1]  # RGB <-> BGR, a view; copied below
+        # RGB <-> BGR on the small image; cv2's swap writes it contiguous (the float conversion of a
+        # reversed view, what out[:, :, ::-1] gives, cost ~0.1 ms more per 128x128 frame)
+        out = cv2.cvtColor(np.ascontiguousarray(out), cv2.COLOR_BGR2RGB)
     dt = spec.dtype
     if dt in ("float32", "float16", "float64"):
         # (x * scale - mean) / std as one multiply-add: x * (scale/std) + (-mean/std)
