@@ -206,6 +206,16 @@ def _affine(pre: ImagePreprocess) -> tuple[np.ndarray, np.ndarray]:
 
 
 @lru_cache(maxsize=64)
+def _affine_rows(scale: float, mean: tuple[float, ...], std: tuple[float, ...], width: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_affine_of`'s pair repeated ``width`` times: one image row's constants."""
+    a, b = _affine_of(scale, mean, std)
+    ra, rb = np.tile(a, width), np.tile(b, width)
+    ra.setflags(write=False)
+    rb.setflags(write=False)
+    return ra, rb
+
+
+@lru_cache(maxsize=64)
 def _affine_of(scale: float, mean: tuple[float, ...], std: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
     """``x * scale`` then ``(x - mean) / std`` as ``x * a + b`` (float32, read-only; one pair per
     preprocessing, not one per frame)."""
@@ -326,10 +336,20 @@ def _preprocess(img: np.ndarray, spec: TensorSpec, color: str, max_pixels: int) 
     dt = spec.dtype
     if dt in ("float32", "float16", "float64"):
         # (x * scale - mean) / std as one multiply-add: x * (scale/std) + (-mean/std)
+        x = out.astype(np.float32)  # C-contiguous [H, W, C]
+        h, w, c = x.shape
         a, b = _affine(pre)
-        x = out.astype(np.float32)
-        x *= a
-        x += b
+        if a.shape == (c,):
+            # per-channel constants repeated along a row: numpy's inner loop then runs over W*C
+            # values, not over the C of each pixel (broadcasting a (3,) array over [H, W, 3]
+            # made 0.25 ms of a 128x128 frame's 0.45); the same float32 operations, the same result
+            a, b = _affine_rows(pre.scale, tuple(pre.mean), tuple(pre.std), w)
+            rows = x.reshape(h, w * c)
+            rows *= a
+            rows += b
+        else:
+            x *= a
+            x += b
         x = x.astype(dt, copy=False)
     elif dt == "uint8":
         x = np.ascontiguousarray(out)
