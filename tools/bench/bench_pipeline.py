@@ -79,7 +79,8 @@ WORKER = Path(__file__).resolve().parent / "mediapipe_bench_worker.py"
 
 TARGET_VS_BOTTLENECK = 0.9
 TARGET_VS_NAIVE = 1.3
-TARGET_VS_MEDIAPIPE = 1.5
+TARGET_VS_MEDIAPIPE = 1.5  # on one core (issue 20)
+TARGET_VS_MEDIAPIPE_2CORES = 2.5
 TARGET_FIRST_RESULT_MS = 100.0
 
 # ----------------------------------------------------------------------------- plans
@@ -654,6 +655,7 @@ def section_c(s: Setup, pipes: dict[str, PipelineArm], a: dict[str, Any], venv: 
                 m1.close()
         res["edge_sdk_1core"] = {
             "pipeline_fps": _med(pipe.fps),
+            "pipeline_preprocess": pipe.resolved,
             "pipeline_cpu_per_wall": _med(pipe.cpu),
             "predict_image_fps": _med(comp.fps),
             "cpu": pin_cpu,
@@ -688,7 +690,7 @@ def section_c(s: Setup, pipes: dict[str, PipelineArm], a: dict[str, Any], venv: 
         mp1 = res["video_1core"]
         rows.append(
             {
-                "setting": f"1 core (both pinned to CPU {pin_cpu}); edge_sdk threads 1, workers 1",
+                "setting": f"1 core (both pinned to CPU {pin_cpu}); edge_sdk threads 1, workers 1, preprocess {res['edge_sdk_1core']['pipeline_preprocess']} *auto*",
                 "edge_e2e_fps": res["edge_sdk_1core"]["pipeline_fps"],
                 "mp_e2e_fps": mp1["with_decode"]["fps_median"],
                 "edge_detect_fps": res["edge_sdk_1core"]["predict_image_fps"],
@@ -696,6 +698,7 @@ def section_c(s: Setup, pipes: dict[str, PipelineArm], a: dict[str, Any], venv: 
             }
         )
     for r in rows:
+        r["target"] = TARGET_VS_MEDIAPIPE_2CORES if r["setting"].startswith("2 cores") else TARGET_VS_MEDIAPIPE
         r["e2e_ratio"] = r["edge_e2e_fps"] / r["mp_e2e_fps"]
         r["detect_ratio"] = r["edge_detect_fps"] / r["mp_detect_fps"]
     res["fps_rows"] = rows
@@ -876,7 +879,7 @@ def render(r: dict[str, Any]) -> str:
         rows = []
         for x in c["fps_rows"]:
             rows.append([
-                x["setting"], _f(x["edge_e2e_fps"]), _f(x["mp_e2e_fps"]), f"{x['e2e_ratio']:.2f}x {_mark(x['e2e_ratio'] >= TARGET_VS_MEDIAPIPE)}",
+                x["setting"], _f(x["edge_e2e_fps"]), _f(x["mp_e2e_fps"]), f"{x['e2e_ratio']:.2f}x (target {x.get('target', TARGET_VS_MEDIAPIPE)}x) " + (_mark(x["e2e_ratio"] >= x.get("target", TARGET_VS_MEDIAPIPE)) if "*auto*" in x["setting"] else "-"),
                 _f(x["edge_detect_fps"]), _f(x["mp_detect_fps"]), f"{x['detect_ratio']:.2f}x",
             ])  # fmt: skip
         _table(
@@ -885,7 +888,7 @@ def render(r: dict[str, Any]) -> str:
                 "setting",
                 "edge_sdk e2e fps",
                 "MediaPipe e2e fps",
-                "e2e ratio (target 1.5x)",
+                "e2e ratio (targets: 2.5x on 2 cores, 1.5x on 1, for what auto picks)",
                 "edge_sdk detect fps",
                 "MediaPipe detect fps",
                 "detect ratio",
@@ -975,8 +978,9 @@ def targets(r: dict[str, Any]) -> list[str]:
     c = r.get("C")
     if isinstance(c, dict):
         for x in c.get("fps_rows", []):
-            if x["e2e_ratio"] < TARGET_VS_MEDIAPIPE:
-                out.append(f"vs MediaPipe ({x['setting']}): {x['e2e_ratio']:.2f}x end to end, target {TARGET_VS_MEDIAPIPE}x")
+            target = x.get("target", TARGET_VS_MEDIAPIPE)
+            if "*auto*" in x["setting"] and x["e2e_ratio"] < target:
+                out.append(f"vs MediaPipe ({x['setting']}): {x['e2e_ratio']:.2f}x end to end, target {target}x")
     return out
 
 
