@@ -20,7 +20,7 @@ import numpy as np
 
 from .._deps import require_cv2
 from ..errors import ImageError, OptionsError
-from ..package import ImagePreprocess, TensorSpec
+from ..package import TensorSpec
 from ..package.archive import file_kind
 from .image_header import ImageHeader, NeedMoreBytes, probe_image
 
@@ -201,27 +201,14 @@ def _check_image(img: object) -> np.ndarray:
     return img
 
 
-def _affine(pre: ImagePreprocess) -> tuple[np.ndarray, np.ndarray]:
-    return _affine_of(pre.scale, tuple(pre.mean), tuple(pre.std))
-
-
 @lru_cache(maxsize=64)
-def _affine_rows(scale: float, mean: tuple[float, ...], std: tuple[float, ...], width: int) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_affine_of`'s pair repeated ``width`` times: one image row's constants."""
-    a, b = _affine_of(scale, mean, std)
-    ra, rb = np.tile(a, width), np.tile(b, width)
-    ra.setflags(write=False)
-    rb.setflags(write=False)
-    return ra, rb
-
-
-@lru_cache(maxsize=64)
-def _affine_of(scale: float, mean: tuple[float, ...], std: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """``x * scale`` then ``(x - mean) / std`` as ``x * a + b`` (float32, read-only; one pair per
-    preprocessing, not one per frame)."""
+def _affine(scale: float, mean: tuple[float, ...], std: tuple[float, ...], reps: int) -> tuple[np.ndarray, np.ndarray]:
+    """``x * scale`` then ``(x - mean) / std`` as ``x * a + b``: the per-channel float32 pair, each
+    repeated ``reps`` times (one image row's constants when ``reps`` is the width). Read-only and
+    made once per preprocessing and width, not once per frame."""
     sd = np.asarray(std, dtype=np.float64)
-    a = (scale / sd).astype(np.float32)
-    b = (-np.asarray(mean, dtype=np.float64) / sd).astype(np.float32)
+    a = np.tile((scale / sd).astype(np.float32), reps)
+    b = np.tile((-np.asarray(mean, dtype=np.float64) / sd).astype(np.float32), reps)
     a.setflags(write=False)
     b.setflags(write=False)
     return a, b
@@ -338,16 +325,16 @@ def _preprocess(img: np.ndarray, spec: TensorSpec, color: str, max_pixels: int) 
         # (x * scale - mean) / std as one multiply-add: x * (scale/std) + (-mean/std)
         x = out.astype(np.float32)  # C-contiguous [H, W, C]
         h, w, c = x.shape
-        a, b = _affine(pre)
-        if a.shape == (c,):
+        if len(pre.mean) == c:
             # per-channel constants repeated along a row: numpy's inner loop then runs over W*C
             # values, not over the C of each pixel (broadcasting a (3,) array over [H, W, 3]
             # made 0.25 ms of a 128x128 frame's 0.45); the same float32 operations, the same result
-            a, b = _affine_rows(pre.scale, tuple(pre.mean), tuple(pre.std), w)
+            a, b = _affine(pre.scale, tuple(pre.mean), tuple(pre.std), w)
             rows = x.reshape(h, w * c)
             rows *= a
             rows += b
-        else:
+        else:  # constants that broadcast otherwise (one value for three channels)
+            a, b = _affine(pre.scale, tuple(pre.mean), tuple(pre.std), 1)
             x *= a
             x += b
         x = x.astype(dt, copy=False)
