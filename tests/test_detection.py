@@ -380,6 +380,25 @@ def test_decode_blazeface_synthetic_box() -> None:
         decode_blazeface(np.zeros((2, 896, 16)), np.zeros((2, 896, 1)))
 
 
+def test_decode_blazeface_results_are_frozen_and_bad_boxes_are_still_refused() -> None:
+    """The decoder hands its own fresh arrays to Detections without the constructor's copies; the
+    box checks (finite, x1 <= x2) must still run, and the arrays must still be read-only."""
+    reg = np.zeros((1, 896, 16), np.float32)
+    reg[0, :, 2:4] = 10.0
+    cls = np.full((1, 896, 1), -20.0, np.float32)
+    cls[0, 7, 0] = cls[0, 300, 0] = 4.0
+    d = decode_blazeface(reg, cls)
+    assert len(d) == 2 and all(not a.flags.writeable for a in (d.xyxy, d.scores, d.class_ids, d.keypoints))
+    assert d.xyxy.dtype == np.float32 and d.class_ids.dtype == np.int32 and d.scores.dtype == np.float32
+    with pytest.raises(ValueError, match="x1 <= x2"):  # a mirroring transform flips every box
+        decode_blazeface(reg, cls, transform=ImageTransform(source_hw=(480, 640), scale_xy=(-0.2, 0.2), pad_xy=(0.0, 0.0)), clip=False)
+    with pytest.raises(ValueError, match="finite"), np.errstate(divide="ignore"):  # a zero scale maps the boxes to infinity
+        decode_blazeface(reg, cls, transform=ImageTransform(source_hw=(480, 640), scale_xy=(0.0, 0.2), pad_xy=(1.0, 0.0)), clip=False)
+    reg[0, 7, 0] = np.nan
+    with pytest.raises(ValueError, match="weighted_nms: boxes and scores must be finite"):
+        decode_blazeface(reg, cls)
+
+
 # --------------------------------------------------------------------------
 # BlazeFace short-range, the real model on real photographs
 

@@ -255,6 +255,24 @@ class Detections:
     # -- constructors ---------------------------------------------------------
 
     @classmethod
+    def _made(
+        cls, xyxy: np.ndarray, scores: np.ndarray, class_ids: np.ndarray, labels: tuple[str, ...], keypoints: np.ndarray | None
+    ) -> "Detections":
+        """For the decoders here: arrays they made themselves (fresh, unshared: float32 [N, 4] boxes,
+        float32 [N] scores, int32 [N] ids, N labels, float32 [N, K, 2] keypoints or None), frozen in
+        place instead of copied. The boxes' checks still run (finite, x1 <= x2, y1 <= y2), in two
+        reductions; a box that fails them goes through the full constructor, which says which."""
+        if not (np.isfinite(xyxy).all() and (xyxy[:, 2:] >= xyxy[:, :2]).all()):
+            return cls(xyxy, scores, class_ids, labels, keypoints)
+        d = object.__new__(cls)
+        object.__setattr__(d, "xyxy", _frozen(xyxy))
+        object.__setattr__(d, "scores", _frozen(scores))
+        object.__setattr__(d, "class_ids", _frozen(class_ids))
+        object.__setattr__(d, "labels", labels)
+        object.__setattr__(d, "keypoints", None if keypoints is None else _frozen(keypoints))
+        return d
+
+    @classmethod
     def empty(cls, num_keypoints: int | None = None) -> "Detections":
         """No detections (with a [0, K, 2] keypoints array when ``num_keypoints`` is given)."""
         kp = None if num_keypoints is None else np.zeros((0, num_keypoints, 2), np.float32)
@@ -532,6 +550,14 @@ def weighted_nms(
         kp = np.asarray(keypoints, dtype=np.float64)
         if kp.ndim != 3 or kp.shape[0] != b.shape[0] or kp.shape[2] != 2:
             raise ValueError(f"weighted_nms: keypoints: expected shape [{b.shape[0]}, K, 2], got {list(kp.shape)}")
+    return _weighted_nms(b, s, thr, cls, cap, kp)
+
+
+def _weighted_nms(
+    b: np.ndarray, s: np.ndarray, thr: float, cls: np.ndarray | None, cap: int | None, kp: np.ndarray | None
+) -> WeightedNMS:
+    """:func:`weighted_nms` on checked arrays: float64 boxes [N, 4] (finite) and scores [N],
+    keypoints float64 [N, K, 2] or None."""
     order = np.argsort(-s, kind="stable")
     areas = _areas(b)
     lead: list[int] = []
@@ -713,16 +739,14 @@ def _to_source(
     frame = input_hw
     if transform is not None:
         (sx, sy), (px, py) = transform.scale_xy, transform.pad_xy
-        xyxy[:, 0::2] = (xyxy[:, 0::2] - px) / sx
-        xyxy[:, 1::2] = (xyxy[:, 1::2] - py) / sy
+        # the same (v - pad) / scale per element as column by column, in one pass per array
+        xyxy = (xyxy - (px, py, px, py)) / (sx, sy, sx, sy)
         if kps is not None:
-            kps[..., 0] = (kps[..., 0] - px) / sx
-            kps[..., 1] = (kps[..., 1] - py) / sy
+            kps = (kps - (px, py)) / (sx, sy)
         frame = (int(transform.source_hw[0]), int(transform.source_hw[1]))
     if clip and frame is not None:
         h, w = frame
-        xyxy[:, 0::2] = np.minimum(np.maximum(xyxy[:, 0::2], 0.0), w)
-        xyxy[:, 1::2] = np.minimum(np.maximum(xyxy[:, 1::2], 0.0), h)
+        xyxy = np.minimum(np.maximum(xyxy, 0.0), (w, h, w, h))
     return xyxy.astype(np.float32), None if kps is None else kps.astype(np.float32)
 
 
@@ -808,14 +832,14 @@ def decode_blazeface(
     if keep.size == 0:
         return Detections.empty(num_keypoints=k)
     r = reg[keep].astype(np.float64)
-    a = anc[keep].astype(np.float64)
+    a = (_short_range_anchors64() if anchors is None else anc.astype(np.float64))[keep]
     # normalised units, exactly TensorsToDetectionsCalculator::DecodeBoxes: every (x, y) column pair
     # is value / input size * anchor size, plus the anchor centre for the box centre and the K
     # keypoints (not for the box's w, h); the whole [kept, 4 + 2K] block in a few passes
-    pairs = 2 + k
-    d = r / np.array((w_in, h_in) * pairs, np.float64) * a[:, [2, 3] * pairs]
+    size_cols, centre_cols, per_input = _blazeface_columns(k, w_in, h_in)
+    d = r / per_input * a[:, size_cols]
     d[:, :2] += a[:, :2]
-    d[:, 4:] += a[:, [0, 1] * k]
+    d[:, 4:] += a[:, centre_cols]
     ok = (d[:, 2] >= 0) & (d[:, 3] >= 0)
     half = d[:, 2:4] / 2
     boxes = np.concatenate((d[:, :2] - half, d[:, :2] + half), axis=1)[ok]
@@ -828,14 +852,35 @@ def decode_blazeface(
     kps *= (w_in, h_in)
     kept_kps: np.ndarray | None
     if weighted:
-        wn = weighted_nms(boxes, sc, iou_threshold, keypoints=kps, max_detections=max_detections)
+        # weighted_nms's own checks, on what this function made: the scores are finite (a sigmoid
+        # of clipped logits), the shapes are right; a NaN or Inf regressor makes a box fail here
+        if not np.isfinite(boxes).all():
+            raise ValueError("weighted_nms: boxes and scores must be finite (found NaN or Inf)")
+        thr = _check_threshold(iou_threshold, "weighted_nms")
+        wn = _weighted_nms(boxes, sc, thr, None, _check_max(max_detections, "weighted_nms"), kps)
         idx, boxes, kept_kps = wn.indices, wn.xyxy, wn.keypoints
     else:
         idx = nms(boxes, sc, iou_threshold, max_detections=max_detections)
         boxes, kept_kps = boxes[idx], kps[idx]
     boxes, kept_kps = _to_source(boxes, kept_kps, transform, clip=clip, input_hw=(h_in, w_in))
     m = idx.size
-    return Detections(boxes, sc[idx], np.zeros(m, np.int32), (label,) * m, kept_kps)
+    return Detections._made(boxes, sc[idx].astype(np.float32), np.zeros(m, np.int32), (label,) * m, kept_kps)
+
+
+@lru_cache(maxsize=1)
+def _short_range_anchors64() -> np.ndarray:
+    """:func:`blazeface_short_range_anchors` in float64 (exact: every float32 is a float64)."""
+    a = blazeface_short_range_anchors().astype(np.float64)
+    a.setflags(write=False)
+    return a
+
+
+@lru_cache(maxsize=16)
+def _blazeface_columns(k: int, w_in: int, h_in: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For a [kept, 4 + 2K] regressor block: the anchor columns that scale each (x, y) pair (w, h),
+    those that offset the K keypoints (x_center, y_center), and the input size per column."""
+    pairs = 2 + k
+    return np.array([2, 3] * pairs), np.array([0, 1] * k), np.array((w_in, h_in) * pairs, np.float64)
 
 
 # --------------------------------------------------------------------------
