@@ -230,8 +230,9 @@ def assert_clean(p: VisionPipeline, reported: list[FrameDrop]) -> Any:
 # every exception type x every stage
 
 
-def build(stage: str, exc: BaseException, model: Any, images: list[np.ndarray], video: Path, workers: int, live: bool):
-    """A pipeline whose ``stage`` raises ``exc`` once; returns (pipeline, collect, errors, reported drops)."""
+def build(stage: str, exc: BaseException, model: Any, images: list[np.ndarray], video: Path, workers: int, live: bool, inline: bool = False):
+    """A pipeline whose ``stage`` raises ``exc`` once; returns (pipeline, collect, errors, reported drops).
+    ``inline``: preprocess="inline" (one thread reads, infers and runs the sinks)."""
     errors: list[tuple[BaseException, Any]] = []
     reported: list[FrameDrop] = []
     collect = Collect()
@@ -278,21 +279,26 @@ def build(stage: str, exc: BaseException, model: Any, images: list[np.ndarray], 
             source = SyntheticSource(frames)
         else:
             source = str(video)
-    opts = PipelineOptions(workers=workers, join_timeout_s=JOIN_S, preprocess=preprocess)
+    opts = PipelineOptions(workers=workers, join_timeout_s=JOIN_S, preprocess="inline" if inline else preprocess)
     p = VisionPipeline(m, source, opts, sinks=sinks, on_error=on_error, on_drop=on_drop, governor=governor)
+    assert p.preprocess == ("inline" if inline else preprocess)
     p.add_drop_listener(reported.append)
     return p, collect, errors, reported
 
 
 CASES = [(e, s) for s in STAGES for e in FATAL + ORDINARY]
+# (workers, inline): one and three inference workers, and the one-thread pipeline; inline has no
+# separate preparation stage (predict_image prepares), so "prepare" runs with workers only
+RUNS = [(w, inline, e, s) for w, inline in ((1, False), (3, False), (1, True)) for e, s in CASES if not (inline and s == "prepare")]
 
 
-@pytest.mark.parametrize("workers", [1, 3])
-@pytest.mark.parametrize("exc_type,stage", CASES, ids=[f"{s}-{e.__name__}" for e, s in CASES])
-def test_every_exception_at_every_stage_ends_cleanly_and_accounts_every_frame(model, images, video, exc_type, stage, workers) -> None:
+@pytest.mark.parametrize(
+    "workers,inline,exc_type,stage", RUNS, ids=[f"{'inline' if i else f'w{w}'}-{s}-{e.__name__}" for w, i, e, s in RUNS]
+)
+def test_every_exception_at_every_stage_ends_cleanly_and_accounts_every_frame(model, images, video, exc_type, stage, workers, inline) -> None:
     exc = _make(exc_type)
     fatal = not isinstance(exc, Exception)
-    p, collect, errors, reported = build(stage, exc, model, images, video, workers, live=False)
+    p, collect, errors, reported = build(stage, exc, model, images, video, workers, live=False, inline=inline)
     out = run_in_thread(p)
     c = assert_clean(p, reported)
     assert collect.indices == sorted(collect.indices) and len(collect.indices) == c.processed, c
@@ -362,9 +368,12 @@ def test_keyboard_interrupt_and_system_exit_reach_a_main_thread_caller_after_cle
 # re-entrant calls from sinks and callbacks
 
 
-@pytest.mark.parametrize("workers", [1, 3])
+@pytest.mark.parametrize("workers", [1, 3, "inline"])
 @pytest.mark.parametrize("call", ["close", "close-discard", "stop", "stop-discard", "exit"])
 def test_close_or_stop_from_inside_a_sink_returns_promptly_and_ends_the_pipeline(model, images, call, workers) -> None:
+    # "inline": one worker's worth, on the thread that reads the source and runs the sink
+    opts = PipelineOptions(workers=1, join_timeout_s=JOIN_S, preprocess="inline") if workers == "inline" else PipelineOptions(workers=workers, join_timeout_s=JOIN_S)
+    n_workers = 1 if workers == "inline" else workers
     took: list[float] = []
     collect = Collect()
     p: VisionPipeline
@@ -382,7 +391,7 @@ def test_close_or_stop_from_inside_a_sink_returns_promptly_and_ends_the_pipeline
 
     reported: list[FrameDrop] = []
     frames = list(images) * 8
-    p = VisionPipeline(model, SyntheticSource(frames), PipelineOptions(workers=workers, join_timeout_s=JOIN_S), sinks=[sink])
+    p = VisionPipeline(model, SyntheticSource(frames), opts, sinks=[sink])
     p.add_drop_listener(reported.append)
     out = run_in_thread(p)
     c = assert_clean(p, reported)
@@ -390,7 +399,9 @@ def test_close_or_stop_from_inside_a_sink_returns_promptly_and_ends_the_pipeline
     assert len(took) == 1 and took[0] < 2.0, took  # did not wait for itself
     assert K in collect.indices and c.frames_in < len(frames) and len(collect.indices) == c.processed, c
     if call.endswith("discard"):
-        assert c.processed <= K + 1 + 2 * workers  # only frames already inferred reach the sinks
+        assert c.processed <= K + 1 + 2 * n_workers  # only frames already inferred reach the sinks
+    if workers == "inline":  # nothing is read ahead of the sink: the frame whose sink stopped it is the last
+        assert c.frames_in == K + 1 and c.processed == K + 1, c
     assert out.elapsed < BOUND_S
 
 

@@ -170,7 +170,7 @@ def test_preprocessing_on_the_capture_thread_gives_the_worker_path_results(model
     imgs, labels = shapes(20, seed=4)
     path = write_video(tmp_path / "prep.avi", imgs)
     runs = {}
-    for mode in ("capture", "worker"):
+    for mode in ("capture", "worker", "inline") if workers == 1 else ("capture", "worker"):
         out = Collect()
         p = VisionPipeline(model, str(path), PipelineOptions(preprocess=mode, workers=workers, queue_size=2), sinks=[out])
         assert p.preprocess == mode
@@ -179,9 +179,10 @@ def test_preprocessing_on_the_capture_thread_gives_the_worker_path_results(model
         assert (c.frames_in, c.processed, c.dropped_total) == (20, 20, 0)
         assert out.indices == list(range(20))
         runs[mode] = out.results
-    for a, b in zip(runs["capture"], runs["worker"]):
-        np.testing.assert_array_equal(a.result.outputs["logits"], b.result.outputs["logits"])
-        assert a.result.timings.preprocess_ms > 0 and a.result.timings.total_ms >= a.result.timings.inference_ms
+    for mode in runs.keys() - {"worker"}:
+        for a, b in zip(runs[mode], runs["worker"]):
+            np.testing.assert_array_equal(a.result.outputs["logits"], b.result.outputs["logits"])
+            assert a.result.timings.preprocess_ms > 0 and a.result.timings.total_ms >= a.result.timings.inference_ms
     assert [r.result.top1.label for r in runs["capture"]] == labels
 
 
@@ -199,6 +200,41 @@ def test_preprocess_auto_gives_capture_a_core_of_its_own_and_needs_the_split_api
     assert VisionPipeline(SlowModel(model, 0), src(), PipelineOptions(preprocess="capture")).preprocess == "worker"  # no split API
     with pytest.raises(ValueError, match="preprocess: expected one of"):
         PipelineOptions(preprocess="gpu")
+
+
+def test_preprocess_auto_runs_inline_on_one_cpu_for_a_file_and_keeps_threads_for_a_live_source(model, monkeypatch) -> None:
+    import edge_sdk.pipelines.vision as vision
+
+    frames = [np.zeros((8, 8, 3), np.uint8)]
+    monkeypatch.setattr(vision.os, "sched_getaffinity", lambda pid: {0}, raising=False)  # what taskset -c 0 gives
+    assert VisionPipeline(model, SyntheticSource(frames)).preprocess == "inline"
+    assert VisionPipeline(SlowModel(model, 0), SyntheticSource(frames)).preprocess == "inline"  # needs no split API
+    assert VisionPipeline(model, SyntheticSource(frames, fps=30, live=True)).preprocess == "worker"  # drops stay visible
+    assert VisionPipeline(model, SyntheticSource(frames), PipelineOptions(workers=2)).preprocess == "worker"
+    assert VisionPipeline(model, SyntheticSource(frames), PipelineOptions(preprocess="capture")).preprocess == "capture"
+    monkeypatch.setattr(vision.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert VisionPipeline(model, SyntheticSource(frames)).preprocess != "inline"
+    live = VisionPipeline(model, SyntheticSource(frames, fps=30, live=True), PipelineOptions(preprocess="inline"))
+    assert live.preprocess == "inline"  # asked for: any source, any CPU count
+    with pytest.raises(ValueError, match="inline.*workers=1"):
+        PipelineOptions(preprocess="inline", workers=2)
+
+
+def test_an_inline_pipeline_runs_the_model_and_the_sinks_on_the_thread_that_reads(model) -> None:
+    imgs, labels = shapes(12, seed=9)
+    names: set[str] = set()
+    out = Collect()
+
+    def sink(fr: Any) -> None:
+        names.add(threading.current_thread().name)
+        out(fr)
+
+    p = VisionPipeline(model, SyntheticSource(imgs), PipelineOptions(preprocess="inline"), sinks=[sink])
+    c = run_bounded(p)
+    assert_accounted(c, done=True)
+    assert (c.frames_in, c.processed, c.dropped_total, c.max_queue_depth) == (12, 12, 0, 0)
+    assert out.indices == list(range(12)) and [r.result.top1.label for r in out.results] == labels
+    assert names == {"edge-sdk-pipeline-inline"} and len(p._threads) == 1
 
 
 def test_a_frame_that_fails_preprocessing_on_the_capture_thread_is_an_error_drop(model) -> None:

@@ -24,6 +24,14 @@ worker. "auto" (default) picks "capture" when the CPUs outnumber the inference t
 "worker" otherwise: measured on 2 cores (docs/benchmarks.md), "capture" made a 1-thread model 1.25x
 faster and a 2-thread one 0.92x as fast. A model without ``prepare_image``/``predict_prepared``
 always gets "worker". For a pipeline on N cores, load the model with ``threads = N - 1``.
+"inline" runs everything on one thread: read a frame, ``predict_image``, hand the result to the
+sinks, read the next (no queue, no handoff between threads: the loop a user would write, with the
+pipeline's accounting, rate limit, pause and stop). "auto" picks it for a file or other non-live
+source when the process may use one CPU (``usable_cpus()``: the affinity mask and cgroup quota)
+and ``workers`` is 1: with one core nothing overlaps, and the three threads' handoffs cost
+5-10 % of a BlazeFace frame there (docs/benchmarks.md). A live source keeps its capture thread,
+so frames arriving during an inference are seen and dropped by the policy, with a reason, rather
+than lost in the driver unseen; pass preprocess="inline" to trade that for the CPU.
 
 Drop policies (``PipelineOptions.drop_policy``), applied when a frame arrives and the queue is
 full:
@@ -140,7 +148,7 @@ DROP_POLICIES = ("latest", "block", "drop_oldest", "drop_newest")
 DROP_REASONS = ("queue_full", "evicted", "rate_limit", "decode_error", "invalid_frame", "error", "shutdown", "paused")
 RATE_MODES = ("auto", "drop", "throttle")
 STOP_MODES = ("drain", "discard")
-PREPROCESS_MODES = ("auto", "capture", "worker")
+PREPROCESS_MODES = ("auto", "capture", "worker", "inline")
 PRIORITIES = ("normal", "low")
 
 
@@ -171,7 +179,8 @@ class PipelineOptions:
     predict_image (None: the manifest's). ``join_timeout_s``: how long ``close()``/``run()`` wait
     for the threads after a stop before raising PipelineError. ``preprocess``: "capture" (prepare
     each frame on the capture thread, overlapping inference) or "worker" (inside the inference
-    worker, as one ``predict_image`` call) or "auto" (see the module docs). ``priority``: "normal"
+    worker, as one ``predict_image`` call) or "inline" (one thread reads, infers and runs the sinks)
+    or "auto" (see the module docs). ``priority``: "normal"
     or "low"; the budget governor's PauseLowPriority action pauses "low" pipelines under load.
     """
 
@@ -200,6 +209,8 @@ class PipelineOptions:
             raise OptionsError(f"stop_mode: expected one of {STOP_MODES}, got {self.stop_mode!r}")
         if self.preprocess not in PREPROCESS_MODES:
             raise OptionsError(f"preprocess: expected one of {PREPROCESS_MODES}, got {self.preprocess!r}")
+        if self.preprocess == "inline" and self.workers != 1:
+            raise OptionsError(f"preprocess='inline' runs on one thread: expected workers=1, got {self.workers}")
         if self.priority not in PRIORITIES:
             raise OptionsError(f"priority: expected one of {PRIORITIES}, got {self.priority!r}")
         if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 1):
@@ -293,8 +304,13 @@ class PipelineState(str, enum.Enum):
     STOPPED = "stopped"
 
 
-def _preprocess_mode(requested: str, model: Any, workers: int) -> str:
-    """ "capture" or "worker" for PipelineOptions.preprocess (see the module docs)."""
+def _preprocess_mode(requested: str, model: Any, workers: int, live: bool) -> str:
+    """ "capture", "worker" or "inline" for PipelineOptions.preprocess (see the module docs)."""
+    if requested == "inline":
+        return "inline"
+    cpus = usable_cpus()
+    if requested == "auto" and cpus <= 1 and workers == 1 and not live:
+        return "inline"
     if not _has_split_api(model):
         return "worker"
     if requested != "auto":
@@ -303,7 +319,6 @@ def _preprocess_mode(requested: str, model: Any, workers: int) -> str:
         threads = int(model.session.info.threads)
     except (AttributeError, TypeError, ValueError):
         threads = 1
-    cpus = usable_cpus()
     return "capture" if threads * workers < cpus else "worker"
 
 
@@ -361,8 +376,9 @@ class VisionPipeline:
         self._drop_listeners: list[Callable[[FrameDrop], Any]] = []  # add_drop_listener (telemetry EventLog)
         self.governor = governor  # a budget Governor: its state on every FrameResult, inference time for its energy estimate
         self._predict_kw = {"top_k": opts.top_k} if opts.top_k is not None else {}
-        self.preprocess = _preprocess_mode(opts.preprocess, model, opts.workers)
+        self.preprocess = _preprocess_mode(opts.preprocess, model, opts.workers, self.source.live)
         self._capture_prep = self.preprocess == "capture"
+        self._inline = self.preprocess == "inline"
 
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
@@ -515,11 +531,14 @@ class VisionPipeline:
             self.source.close()
             self._finished.set()
             raise
-        n = self.options.workers
+        n = 0 if self._inline else self.options.workers
         self._workers_alive = n
-        bodies: list[tuple[Callable[[], None], str]] = [(self._capture_loop, "edge-sdk-pipeline-capture")]
-        bodies += [(self._worker_loop, f"edge-sdk-pipeline-infer-{i}") for i in range(n)]
-        bodies.append((self._output_loop, "edge-sdk-pipeline-output"))
+        if self._inline:
+            bodies: list[tuple[Callable[[], None], str]] = [(self._capture_loop, "edge-sdk-pipeline-inline")]
+        else:
+            bodies = [(self._capture_loop, "edge-sdk-pipeline-capture")]
+            bodies += [(self._worker_loop, f"edge-sdk-pipeline-infer-{i}") for i in range(n)]
+            bodies.append((self._output_loop, "edge-sdk-pipeline-output"))
         threads = [threading.Thread(target=self._thread_main, args=(body,), name=name, daemon=True) for body, name in bodies]
         with self._lock:
             self._threads = threads
@@ -856,6 +875,9 @@ class VisionPipeline:
                         continue
                     next_due_ms = (ts if next_due_ms is None else max(next_due_ms, ts - tolerance_ms)) + interval_ms
                 last_passed_ms = ts
+                if self._inline:
+                    self._run_inline(item)
+                    continue
                 model, split = self._active
                 if not (self._capture_prep and split):
                     self._admit(item, None, None)
@@ -933,6 +955,50 @@ class VisionPipeline:
                 self._max_depth = len(q)
             self._cond.notify_all()
         self._report_drops(drops)
+
+    def _run_inline(self, frame: Frame) -> None:
+        """preprocess="inline": infer ``frame`` on this (the capture) thread and hand its result to
+        the sinks, with the accounting a worker and the output thread keep."""
+        busy = self._busy
+        with self._cond:
+            self._frames_in += 1
+            if self._discard:
+                d = self._drop_locked(frame.index, "shutdown", "discarded by stop()")
+                model = None
+            else:
+                model = self._active[0]  # taken now: a swap_model() before this point applies
+                key = id(model)
+                busy[key] = busy.get(key, 0) + 1
+                self._inferring += 1
+        if model is None:
+            self._report_drops([d])
+            return
+        err: BaseException | None = None
+        fr: tuple[Frame, Any, float] | None = None
+        try:
+            result = model.predict_image(frame.image, color=frame.color, **self._predict_kw)
+            fr = (frame, result, _now_ms())
+        except BaseException as e:  # the frame's error; a fatal one also stops the pipeline
+            err = e
+        drop: FrameDrop | None = None
+        with self._cond:
+            self._inferring -= 1
+            n = busy[key] - 1
+            if n:
+                busy[key] = n
+            else:
+                del busy[key]
+            if fr is not None:
+                self._emitting += 1
+            else:
+                drop = self._drop_locked(frame.index, "error", f"frame {frame.index}: {type(err).__name__}: {err}")
+            self._cond.notify_all()  # wait_model_idle
+        if err is not None:
+            self._report_error(err, frame)
+        if drop is not None:
+            self._report_drops([drop])
+        if fr is not None:
+            self._emit(*fr)
 
     def _worker_loop(self) -> None:
         kw = self._predict_kw
