@@ -8,7 +8,7 @@ A. ``Model.predict`` overhead over a raw ``onnxruntime.InferenceSession.run``
    separate session built here with the very SessionOptions edge_sdk used
    (``LoadOptions.session_options``: intra-op threads, inter-op 1, sequential,
    spinning, graph optimisation level, providers), fed the same array.  Targets
-   (from the issue): <= 15 us median added on the trivial model, <= 2 % on
+   (issue 20): <= 5 us median added on the trivial model, <= 1 % on
    MobileNetV2.  The ``predict`` stage split (``Result.timings``) says where the
    added time goes.
 B. The full ``Model.predict_image`` path (preprocess included) on the demo
@@ -71,8 +71,8 @@ if str(ROOT) not in sys.path:
 from edge_sdk.bench.machine import finish_record, machine_line, machine_record  # noqa: E402
 from edge_sdk.bench.targets import ort_option_mismatches, raw_ort_session  # noqa: E402  (the raw arm of edge-sdk bench --vs-raw)
 
-TRIVIAL_TARGET_US = 15.0
-MOBILENET_TARGET_PCT = 2.0
+TRIVIAL_TARGET_US = 5.0  # issue 20 (the first overhead issue asked for 15 us)
+MOBILENET_TARGET_PCT = 1.0  # issue 20 (earlier: 2 %)
 AGREEMENT_SEED = 123  # tools/train_demo.make_split(seed=123, n=...) for the agreement rows
 CALIB_INPUTS = 32
 
