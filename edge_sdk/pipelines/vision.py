@@ -973,35 +973,50 @@ class VisionPipeline:
         if model is None:
             self._report_drops([d])
             return
-        err: BaseException | None = None
-        fr: tuple[Frame, Any, float] | None = None
-        try:
-            result = model.predict_image(frame.image, color=frame.color, **self._predict_kw)
-            fr = (frame, result, _now_ms())
-        except BaseException as e:  # the frame's error; a fatal one also stops the pipeline
-            err = e
-        drop: FrameDrop | None = None
+        fr, err = self._infer(model, frame, None)
         with self._cond:
-            self._inferring -= 1
-            n = busy[key] - 1
-            if n:
-                busy[key] = n
-            else:
-                del busy[key]
-            if fr is not None:
-                self._emitting += 1
-            else:
-                drop = self._drop_locked(frame.index, "error", f"frame {frame.index}: {type(err).__name__}: {err}")
-            self._cond.notify_all()  # wait_model_idle
-        if err is not None:
-            self._report_error(err, frame)
-        if drop is not None:
-            self._report_drops([drop])
+            drop = self._inferred_locked(key, frame, fr, err)
+        self._report_failure(frame, err, drop)
         if fr is not None:
             self._emit(*fr)
 
+    def _infer(self, model: Any, frame: Frame, prepared: Any) -> tuple[tuple[Frame, Any, float] | None, BaseException | None]:
+        """Run ``model`` on ``frame`` (``prepared``: its prepare_image result, or None): the
+        ``(frame, result, done ms)`` to emit, or the exception the frame raised."""
+        try:
+            if prepared is not None:
+                result = model.predict_prepared(prepared, **self._predict_kw)
+            else:
+                result = model.predict_image(frame.image, color=frame.color, **self._predict_kw)
+            return (frame, result, _now_ms()), None
+        except BaseException as e:  # the frame's error; a fatal one also stops the pipeline
+            return None, e
+
+    def _inferred_locked(
+        self, key: int, frame: Frame, fr: tuple[Frame, Any, float] | None, err: BaseException | None
+    ) -> FrameDrop | None:
+        """With the lock held: the frame has left inference (on the model ``key``); it waits for the
+        sinks, or is an "error" drop (returned, to report without the lock)."""
+        self._inferring -= 1
+        busy = self._busy
+        n = busy[key] - 1
+        if n:
+            busy[key] = n
+        else:
+            del busy[key]
+        self._cond.notify_all()  # wait_model_idle, room for the workers
+        if fr is not None:
+            self._emitting += 1
+            return None
+        return self._drop_locked(frame.index, "error", f"frame {frame.index}: {type(err).__name__}: {err}")
+
+    def _report_failure(self, frame: Frame, err: BaseException | None, drop: FrameDrop | None) -> None:
+        if err is not None:
+            self._report_error(err, frame)
+        if drop is not None:  # set exactly when err is
+            self._report_drops([drop])
+
     def _worker_loop(self) -> None:
-        kw = self._predict_kw
         busy = self._busy
         try:
             while True:
@@ -1021,34 +1036,11 @@ class VisionPipeline:
                     self._next_take += 1
                     self._inferring += 1
                     self._cond.notify_all()  # room in the queue
-                err: BaseException | None = None
-                fr: tuple[Frame, Any, float] | None = None
-                try:
-                    if prepared is not None:
-                        result = model.predict_prepared(prepared, **kw)
-                    else:
-                        result = model.predict_image(frame.image, color=frame.color, **kw)
-                    fr = (frame, result, _now_ms())
-                except BaseException as e:  # the frame's error; a fatal one also stops the pipeline
-                    err = e
-                drop: FrameDrop | None = None
+                fr, err = self._infer(model, frame, prepared)
                 with self._cond:
-                    self._inferring -= 1
-                    n = busy[key] - 1
-                    if n:
-                        busy[key] = n
-                    else:
-                        del busy[key]
-                    self._done[seq] = fr
-                    if fr is not None:
-                        self._emitting += 1
-                    else:
-                        drop = self._drop_locked(frame.index, "error", f"frame {frame.index}: {type(err).__name__}: {err}")
-                    self._cond.notify_all()
-                if err is not None:
-                    self._report_error(err, frame)
-                if drop is not None:  # set exactly when err is
-                    self._report_drops([drop])
+                    drop = self._inferred_locked(key, frame, fr, err)
+                    self._done[seq] = fr  # the output thread hands it on in order (None: failed)
+                self._report_failure(frame, err, drop)
         finally:
             with self._cond:
                 self._workers_alive -= 1
