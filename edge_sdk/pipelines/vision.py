@@ -28,8 +28,9 @@ always gets "worker". For a pipeline on N cores, load the model with ``threads =
 sinks, read the next (no queue, no handoff between threads: the loop a user would write, with the
 pipeline's accounting, rate limit, pause and stop). "auto" picks it for a file or other non-live
 source when the process may use one CPU (``usable_cpus()``: the affinity mask and cgroup quota)
-and ``workers`` is 1: with one core nothing overlaps, and the three threads' handoffs cost
-5-10 % of a BlazeFace frame there (docs/benchmarks.md). A live source keeps its capture thread,
+and ``workers`` is 1: with one core nothing overlaps, so the queue and the handoffs between three
+threads can only cost (a few percent of a BlazeFace frame at most, within the run-to-run noise of
+the measurements in docs/benchmarks.md). A live source keeps its capture thread,
 so frames arriving during an inference are seen and dropped by the policy, with a reason, rather
 than lost in the driver unseen; pass preprocess="inline" to trade that for the CPU.
 
