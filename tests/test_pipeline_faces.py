@@ -40,7 +40,7 @@ from edge_sdk.pipelines import (  # noqa: E402
     VisionPipeline,
 )
 from edge_sdk.processing.detection import Detections  # noqa: E402
-from tools.fixtures.face_clip import ClipFrame, box_iou, write_clip  # noqa: E402
+from tools.fixtures.face_clip import ClipFrame, box_iou, read_clip, write_clip  # noqa: E402
 from tools.fixtures.face_package import MODEL_NAME, write_face_package  # noqa: E402
 
 N_FRAMES = 60
@@ -82,14 +82,7 @@ def clip(work: Path) -> tuple[Path, list[ClipFrame]]:
 @pytest.fixture(scope="module")
 def clip_frames(clip: tuple[Path, list[ClipFrame]]) -> list[np.ndarray]:
     """The clip's frames as decoded from the file (BGR), i.e. what a camera replaying it would give."""
-    cap = cv2.VideoCapture(str(clip[0]))
-    frames = []
-    while True:
-        ok, img = cap.read()
-        if not ok:
-            break
-        frames.append(img)
-    cap.release()
+    frames = read_clip(clip[0])
     assert len(frames) == N_FRAMES
     return frames
 

@@ -28,7 +28,7 @@ from conftest import ROOT  # noqa: E402
 
 from edge_sdk.assets import demo_samples  # noqa: E402
 from edge_sdk.processing.draw import class_color  # noqa: E402
-from tools.fixtures.face_clip import ClipFrame, box_iou, write_clip  # noqa: E402
+from tools.fixtures.face_clip import ClipFrame, box_iou, read_clip, write_clip  # noqa: E402
 from tools.fixtures.face_package import MODEL_NAME, write_face_package  # noqa: E402
 
 PROFILE = "generic-x86_64"
@@ -59,18 +59,6 @@ def _summary(stderr: str) -> tuple[int, int, dict[str, int], int, str]:
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(ln) for ln in path.read_text().splitlines()]
-
-
-def _read_video(path: Path) -> list[np.ndarray]:
-    cap = cv2.VideoCapture(str(path))
-    frames = []
-    while True:
-        ok, img = cap.read()
-        if not ok:
-            break
-        frames.append(img)
-    cap.release()
-    return frames
 
 
 @pytest.fixture(scope="module")
@@ -142,10 +130,10 @@ def test_a_video_through_the_face_detector_to_mp4_and_jsonl(face_pkg: Path, clip
     assert len(records) == processed and [r["index"] for r in records] == list(range(N_FRAMES))
     assert all(r["budget_state"] is None and r["variant"] == "fp32-tflite" for r in records)
     assert records[1]["source_timestamp_ms"] > records[0]["source_timestamp_ms"]
-    video = _read_video(mp4)
+    video = read_clip(mp4)
     assert len(video) == processed
     assert video[0].shape == (480, 640, 3)
-    original = _read_video(path)
+    original = read_clip(path)
     col = np.array(class_color(0), np.float32)
     n_faces = 0
     for cf, rec, got, src in zip(plan, records, video, original):
@@ -173,7 +161,7 @@ def test_max_frames_reads_only_that_many(face_pkg: Path, clip: tuple[Path, list[
     assert p.returncode == 0, p.stderr
     assert _summary(p.stderr) == (5, 5, {}, 0, "stopped")
     assert [r["index"] for r in _jsonl(jl)] == [0, 1, 2, 3, 4]
-    assert len(_read_video(avi)) == 5  # .avi: MJPG
+    assert len(read_clip(avi)) == 5  # .avi: MJPG
     assert "MJPG" in p.stderr
 
 

@@ -309,13 +309,13 @@ def _preprocess_mode(requested: str, model: Any, workers: int, live: bool) -> st
     """ "capture", "worker" or "inline" for PipelineOptions.preprocess (see the module docs)."""
     if requested == "inline":
         return "inline"
-    cpus = usable_cpus()
-    if requested == "auto" and cpus <= 1 and workers == 1 and not live:
+    if requested != "auto":
+        return requested if _has_split_api(model) else "worker"
+    cpus = usable_cpus()  # the CPU budget decides "auto" only (it reads the affinity mask and cgroup quota)
+    if cpus <= 1 and workers == 1 and not live:
         return "inline"
     if not _has_split_api(model):
         return "worker"
-    if requested != "auto":
-        return requested
     try:
         threads = int(model.session.info.threads)
     except (AttributeError, TypeError, ValueError):

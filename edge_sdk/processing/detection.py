@@ -880,7 +880,10 @@ def _blazeface_columns(k: int, w_in: int, h_in: int) -> tuple[np.ndarray, np.nda
     """For a [kept, 4 + 2K] regressor block: the anchor columns that scale each (x, y) pair (w, h),
     those that offset the K keypoints (x_center, y_center), and the input size per column."""
     pairs = 2 + k
-    return np.array([2, 3] * pairs), np.array([0, 1] * k), np.array((w_in, h_in) * pairs, np.float64)
+    cols = (np.array([2, 3] * pairs), np.array([0, 1] * k), np.array((w_in, h_in) * pairs, np.float64))
+    for c in cols:
+        c.setflags(write=False)  # shared by every call (lru_cache)
+    return cols
 
 
 # --------------------------------------------------------------------------

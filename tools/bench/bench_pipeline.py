@@ -71,7 +71,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from edge_sdk.bench.machine import finish_record, machine_line, machine_record  # noqa: E402
-from tools.fixtures.face_clip import ClipFrame, box_iou, write_clip  # noqa: E402
+from tools.fixtures.face_clip import ClipFrame, box_iou, read_clip, write_clip  # noqa: E402
 from tools.fixtures.face_package import MODEL_NAME, write_face_package  # noqa: E402
 
 MEDIAPIPE_REQ = ("mediapipe==0.10.21", "numpy<2", "opencv-python-headless")
@@ -158,14 +158,7 @@ class Setup:
         self.video = work / "faces_640x480.avi"
         self.clip = write_clip(self.video, plan.frames)
         self.pkg = write_face_package(work / "face-pkg", self.model_file)
-        cap = cv2.VideoCapture(str(self.video))
-        self.frames: list[np.ndarray] = []
-        while True:
-            ok, img = cap.read()
-            if not ok:
-                break
-            self.frames.append(img)
-        cap.release()
+        self.frames: list[np.ndarray] = read_clip(self.video)
         self.image = work / "frame0.png"
         cv2.imwrite(str(self.image), self.frames[0])
         self.models = {t: edge_sdk.load(self.pkg, profile, threads=t, delegates=(), cache_dir=work / "cache") for t in (1, 2)}
@@ -195,6 +188,29 @@ class RawLiteRT:
         it.set_tensor(self.inp, x)
         it.invoke()
         return it.get_tensor(self.reg), it.get_tensor(self.cls)
+
+
+def naive_loop(s: Setup, raw: RawLiteRT) -> list[Any]:
+    """The loop a user would write on the clip, one Python thread: ``cap.read()`` -> ``preprocess_image``
+    -> raw LiteRT invoke -> ``decode_blazeface``; the Detections of every frame."""
+    import cv2
+
+    from edge_sdk.processing.detection import decode_blazeface
+    from edge_sdk.processing.image import preprocess_image
+
+    cap = cv2.VideoCapture(str(s.video))
+    out = []
+    try:
+        while True:
+            ok, img = cap.read()
+            if not ok:
+                break
+            xin, tf = preprocess_image(img, s.spec, color="BGR")
+            reg, cls = raw(xin)
+            out.append(decode_blazeface(reg, cls, input_size=(128, 128), transform=tf, score_threshold=0.5, iou_threshold=0.3))
+    finally:
+        cap.release()
+    return out
 
 
 def _boxes_of(decoded: Any) -> list[list[float]]:
@@ -287,7 +303,6 @@ def accuracy(clip: Sequence[ClipFrame], boxes: Sequence[Sequence[Sequence[float]
 def section_a(s: Setup) -> tuple[dict[str, Any], dict[str, PipelineArm]]:
     import cv2
 
-    from edge_sdk.processing.detection import decode_blazeface
     from edge_sdk.processing.image import preprocess_image
 
     video, frames, spec, x = str(s.video), s.frames, s.spec, s.tensor
@@ -352,19 +367,8 @@ def section_a(s: Setup) -> tuple[dict[str, Any], dict[str, PipelineArm]]:
     naive_boxes: dict[int, list] = {}
 
     def naive(t: int) -> Callable[[], int]:
-        raw = s.raw[t]
-
         def fn() -> int:
-            cap = cv2.VideoCapture(video)
-            out = []
-            while True:
-                ok, img = cap.read()
-                if not ok:
-                    break
-                xin, tf = preprocess_image(img, spec, color="BGR")
-                reg, cls = raw(xin)
-                out.append(decode_blazeface(reg, cls, input_size=(128, 128), transform=tf, score_threshold=0.5, iou_threshold=0.3))
-            cap.release()
+            out = naive_loop(s, s.raw[t])
             naive_boxes[t] = [_boxes_of(d) for d in out]
             return len(out)
 
@@ -650,29 +654,7 @@ def section_c(s: Setup, pipes: dict[str, PipelineArm], a: dict[str, Any], venv: 
                     return len(frames)
 
                 comp = Arm("predict_image_pinned", "Model.predict_image (in memory), 1 core", compute)
-                raw1 = s.raw[1]
-                video = str(s.video)
-
-                def plain() -> int:  # the loop a user would write: read, preprocess, raw invoke, decode
-                    import cv2
-
-                    from edge_sdk.processing.detection import decode_blazeface
-                    from edge_sdk.processing.image import preprocess_image
-
-                    cap = cv2.VideoCapture(video)
-                    k = 0
-                    while True:
-                        ok, img = cap.read()
-                        if not ok:
-                            break
-                        xin, tf = preprocess_image(img, s.spec, color="BGR")
-                        reg, cls = raw1(xin)
-                        decode_blazeface(reg, cls, input_size=(128, 128), transform=tf, score_threshold=0.5, iou_threshold=0.3)
-                        k += 1
-                    cap.release()
-                    return k
-
-                naive1 = Arm("naive_pinned", "naive loop (read, preprocess, raw invoke, decode), 1 core", plain)
+                naive1 = Arm("naive_pinned", "naive loop (read, preprocess, raw invoke, decode), 1 core", lambda: len(naive_loop(s, s.raw[1])))
                 rounds([pipe, comp, naive1], s.plan.pinned_rounds)
             finally:
                 s.models[1] = saved

@@ -34,7 +34,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from edge_sdk.bench.machine import finish_record, machine_line, machine_record  # noqa: E402
-from tools.fixtures.face_clip import write_clip  # noqa: E402
+from tools.fixtures.face_clip import read_clip, write_clip  # noqa: E402
 from tools.fixtures.face_package import MODEL_NAME, write_face_package  # noqa: E402
 
 MODES = ("auto", "worker", "capture", "inline")
@@ -66,14 +66,7 @@ def main() -> int:
         write_clip(video, a.frames)
         pkg = write_face_package(work / "pkg", fetch(MODEL_NAME))
         model = edge_sdk.load(pkg, threads=1, delegates=(), cache_dir=work / "cache")
-        cap = cv2.VideoCapture(str(video))
-        frames = []
-        while True:
-            ok, img = cap.read()
-            if not ok:
-                break
-            frames.append(img)
-        cap.release()
+        frames = read_clip(video)
 
         def decode() -> int:
             c = cv2.VideoCapture(str(video))
