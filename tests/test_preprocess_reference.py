@@ -152,3 +152,47 @@ def test_the_converter_and_pull_carry_the_grid() -> None:
     assert _parse_preprocess(_preprocess_arg(table)) == ImagePreprocess.from_dict(table, "catalog")
     with pytest.raises(SystemExit, match="sampling_grid"):
         _parse_preprocess("size=8x8,grid=top_left")
+
+
+@pytest.mark.parametrize(
+    "src_hw,size,resize,channels",
+    [
+        ((480, 640), (128, 128), "letterbox", 3),  # the face clip: 5x, 96 rows padded top and bottom
+        ((720, 1280), (128, 128), "letterbox", 3),  # 10x
+        ((1080, 1920), (128, 128), "letterbox", 1),  # 15x, grey
+        ((256, 256), (128, 128), "stretch", 3),  # 2x, no padding
+        ((96, 128), (128, 128), "letterbox", 3),  # 1x: the pixels themselves
+        ((8, 8), (1, 2), "stretch", 1),  # 8x vertically, 4x across
+        ((500, 640), (128, 128), "letterbox", 3),  # 640 is 5 x 128 but 500 rows are not 5 x 100: warpAffine
+        ((480, 600), (128, 128), "letterbox", 3),  # not a whole multiple: warpAffine
+    ],
+)
+def test_top_left_whole_pixel_grid_is_warp_affines_bytes(src_hw, size, resize, channels) -> None:
+    """Where the top_left grid falls on whole source pixels, preprocessing reads them with a nearest
+    remap instead of warpAffine: the same bytes, on noise (where a neighbouring pixel or a 1/32
+    pixel shift would show) as on a photograph; other sizes still take warpAffine."""
+    import cv2
+
+    from edge_sdk.processing.image import _geometry, _integer_grid, _sample_top_left
+
+    rng = np.random.default_rng(sum(src_hw) + channels)
+    shape = (*src_hw, channels) if channels == 3 else src_hw
+    pre = ImagePreprocess(size, resize=resize, mean=(0.5,) * channels, std=(0.5,) * channels, pad_value=7, sampling_grid="top_left", color="GRAY" if channels == 1 else "RGB")
+    src_h, src_w = src_hw
+    nh, nw, py, px = _geometry(pre, src_h, src_w)
+    whole = src_h % nh == 0 and src_w % nw == 0
+    assert (_integer_grid(src_h, src_w, nh, nw) is not None) == whole
+    photo = cv2.resize(PHOTOS["astronaut_512x512"], (src_w, src_h), interpolation=cv2.INTER_AREA)
+    if channels == 1:
+        photo = cv2.cvtColor(photo, cv2.COLOR_RGB2GRAY)
+    for img in (rng.integers(0, 256, shape, dtype=np.uint8), photo):
+        m = np.array([[nw / src_w, 0.0, px], [0.0, nh / src_h, py]], np.float64)
+        want = cv2.warpAffine(img, m, size[::-1], flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=(7,) * 4)
+        got = _sample_top_left(img, nh, nw, py, px, *size, 7)
+        assert np.array_equal(got.reshape(want.shape), want)
+        if whole:  # the picks themselves: every kx-th column of every ky-th row, padding around them
+            ky, kx = src_h // nh, src_w // nw
+            assert np.array_equal(got[py : py + nh, px : px + nw].reshape(img[::ky, ::kx].shape), img[::ky, ::kx])
+            assert (got[:py] == 7).all() and (got[py + nh :] == 7).all()
+        sp = TensorSpec("image", "uint8", (1, *size, channels), "NHWC", preprocess=pre)
+        assert np.array_equal(preprocess_image(img, sp)[0][0], got.reshape(size[0], size[1], channels))
