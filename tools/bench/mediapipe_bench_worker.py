@@ -8,6 +8,7 @@ Two modes; each prints one JSON object on stdout (everything else goes to stderr
 
     python mediapipe_bench_worker.py video  --video CLIP.avi --model face_detection_short_range.tflite \
         [--rounds 3] [--cpus 0] [--boxes OUT.json]
+    python mediapipe_bench_worker.py serve  --video CLIP.avi --model face_detection_short_range.tflite [--cpus 0]
     python mediapipe_bench_worker.py first  --image FRAME.png --model face_detection_short_range.tflite
 
 ``video``: a FaceDetector in VIDEO mode (``detect_for_video``: synchronous, one frame at a time,
@@ -23,6 +24,12 @@ time per wall second (how many cores MediaPipe kept busy), and the boxes of ever
 ``--cpus 0`` pins the process (and every thread it starts) to those CPUs before mediapipe is
 imported. MediaPipe's Python API has no thread-count option; its TFLite inference calculator
 picks its own XNNPACK thread count.
+
+``serve``: the ``video`` setup (frames decoded, detector warmed up), then one round per line read
+from stdin, for paired comparisons: the parent writes ``with_decode`` or ``detect_only`` and reads
+back one JSON line (``fps``, ``cpu_per_wall``, ``frames``, ``latency_median_ms``); ``quit`` or end
+of input ends it. The parent times its own arms between MediaPipe's rounds, so a slow spell of the
+host hits both sides of a pair.
 
 ``first``: import-to-first-result, split: ``import mediapipe`` (+ the tasks modules),
 ``FaceDetector.create_from_options`` (IMAGE mode), and the first ``detect`` on an image file
@@ -72,7 +79,8 @@ def _pct(values: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
-def cmd_video(args: argparse.Namespace) -> dict:
+def _video_runners(args: argparse.Namespace):
+    """Decode the clip, create and warm up a VIDEO-mode detector; the two timed runs and the detector."""
     import cv2
     import mediapipe as mp
     import numpy as np
@@ -130,6 +138,11 @@ def cmd_video(args: argparse.Namespace) -> dict:
         wall = time.perf_counter() - t0
         return wall, lat, (time.process_time() - c0) / wall, k
 
+    return n, det, run_detect_only, run_with_decode
+
+
+def cmd_video(args: argparse.Namespace) -> dict:
+    n, det, run_detect_only, run_with_decode = _video_runners(args)
     arms = {"detect_only": {"fps": [], "lat": [], "cpu": []}, "with_decode": {"fps": [], "lat": [], "cpu": []}}
     boxes: list = []
     for r in range(args.rounds):
@@ -171,6 +184,27 @@ def cmd_video(args: argparse.Namespace) -> dict:
     return out
 
 
+def cmd_serve(args: argparse.Namespace) -> None:
+    n, det, run_detect_only, run_with_decode = _video_runners(args)
+    sys.stdout.write(json.dumps({"ready": True, "frames": n}) + "\n")
+    sys.stdout.flush()
+    for line in sys.stdin:
+        cmd = line.strip()
+        if cmd == "quit":
+            break
+        if cmd == "detect_only":
+            wall, lat, cpu, _ = run_detect_only()
+            frames = n
+        elif cmd == "with_decode":
+            wall, lat, cpu, frames = run_with_decode()
+        else:
+            raise SystemExit(f"serve: unknown command {cmd!r}; expected with_decode, detect_only or quit")
+        reply = {"arm": cmd, "fps": frames / wall, "cpu_per_wall": cpu, "frames": frames, "latency_median_ms": _pct(lat, 50)}
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+    det.close()
+
+
 def cmd_first(args: argparse.Namespace) -> dict:
     t0 = time.perf_counter()
     import mediapipe as mp
@@ -204,12 +238,19 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--rounds", type=int, default=3)
     v.add_argument("--cpus", default=None, help="comma-separated CPU ids to pin the process to (before importing mediapipe)")
     v.add_argument("--boxes", default=None, help="write the per-frame boxes to this JSON file instead of stdout")
+    sv = sub.add_parser("serve")
+    sv.add_argument("--video", required=True)
+    sv.add_argument("--model", required=True)
+    sv.add_argument("--cpus", default=None, help="comma-separated CPU ids to pin the process to (before importing mediapipe)")
     f = sub.add_parser("first")
     f.add_argument("--image", required=True)
     f.add_argument("--model", required=True)
     args = p.parse_args(argv)
     if getattr(args, "cpus", None):
         os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
+    if args.cmd == "serve":
+        cmd_serve(args)
+        return 0
     out = cmd_video(args) if args.cmd == "video" else cmd_first(args)
     sys.stdout.write(json.dumps(out) + "\n")
     sys.stdout.flush()
