@@ -326,6 +326,7 @@ class Model:
         self._finite = options.check_finite
         self._close_lock = threading.Lock()
         self._closed = False
+        self._by_threads: dict[int, Model] = {}  # for_threads: this model with other thread counts, closed with it
         # Shared by every Model with this provenance; None when loaded with telemetry=False.
         self._tm: ModelTelemetry | None = model_telemetry(self.provenance) if options.telemetry else None
         if self._tm is not None:
@@ -372,14 +373,39 @@ class Model:
         return self._tm
 
     def close(self) -> None:
-        """Release the session. Safe to call more than once. The telemetry series stay."""
+        """Release the session (and those of the models :meth:`for_threads` made). Safe to call
+        more than once. The telemetry series stay."""
         with self._close_lock:
             if self._closed:
                 return
             self._closed = True
+            others, self._by_threads = list(self._by_threads.values()), {}
             if self._tm is not None:
                 self._tm.closed()
             self._session.close()
+        for m in others:
+            m.close()
+
+    def for_threads(self, threads: int) -> "Model":
+        """This model with ``threads`` inference threads: itself when its session has that many,
+        else a Model of the same package, variant, profile and other load options with
+        ``threads=threads``, made on the first call and returned again by later ones (every
+        caller shares it), and closed by this model's :meth:`close`. Both stay loaded: the
+        package's files are verified once (the digest cache), the weights are held twice.
+        VisionPipeline's ``model_threads="auto"`` asks for one CPU fewer than a model that
+        would take them all, leaving the capture thread a core (docs/pipelines.md)."""
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise OptionsError(f"threads: expected an int >= 1, got {threads!r}")
+        if self._session.info.threads == threads:
+            return self
+        with self._close_lock:
+            if self._closed:
+                raise SessionClosedError(f"{self!r} is closed; for_threads needs an open model")
+            m = self._by_threads.get(threads)
+            if m is None:
+                m = load_model(self.package, self.detection.profile, replace(self.options, variant=self.variant.id, threads=threads))
+                self._by_threads[threads] = m
+            return m
 
     def __enter__(self) -> "Model":
         return self

@@ -195,11 +195,54 @@ def test_preprocess_auto_gives_capture_a_core_of_its_own_and_needs_the_split_api
     assert VisionPipeline(model, src()).preprocess == "capture"  # a core left for the capture thread
     assert VisionPipeline(model, src(), PipelineOptions(workers=2)).preprocess == "worker"  # 2 x threads > threads + 1 CPUs
     monkeypatch.setattr(vision.os, "sched_getaffinity", lambda pid: set(range(threads)), raising=False)
-    assert VisionPipeline(model, src()).preprocess == "worker"  # inference threads fill the CPUs
+    keep = PipelineOptions(model_threads="keep")  # "auto" would run a copy with a thread fewer (the next test)
+    assert VisionPipeline(model, src(), keep).preprocess == "worker"  # inference threads fill the CPUs
     assert VisionPipeline(model, src(), PipelineOptions(preprocess="capture")).preprocess == "capture"
     assert VisionPipeline(SlowModel(model, 0), src(), PipelineOptions(preprocess="capture")).preprocess == "worker"  # no split API
     with pytest.raises(ValueError, match="preprocess: expected one of"):
         PipelineOptions(preprocess="gpu")
+
+
+def test_model_threads_auto_leaves_the_capture_thread_a_core(tmp_path, monkeypatch) -> None:
+    """A model whose session would take all N CPUs: a pipeline running flat out (a file, one worker,
+    preprocess "auto") runs ``model.for_threads(N - 1)`` with preprocessing on the capture thread.
+    The copy is a real session with N - 1 threads, shared by every such pipeline, gives the model's
+    results, and closes with the model; "keep", a live source, two workers, an explicit preprocess,
+    a model with threads to spare or one CPU run the model as given."""
+    import edge_sdk.pipelines.vision as vision
+
+    imgs, labels = shapes(6, seed=3)
+    with edge_sdk.load(edge_sdk.demo_package_path(), "generic-x86_64", threads=2, cache_dir=tmp_path / "cache") as m:
+        monkeypatch.setattr(vision.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)  # 2 CPUs, both the model's
+        out = Collect()
+        p = VisionPipeline(m, SyntheticSource(imgs), sinks=[out])
+        light = p.model
+        assert light is not m and light is m.for_threads(1) and light.session.info.threads == 1
+        assert (light.variant.id, light.package) == (m.variant.id, m.package)
+        assert p.preprocess == "capture"  # the CPU the model gave up goes to the capture thread
+        c = run_bounded(p)
+        assert_accounted(c, done=True)
+        assert c.processed == 6 and [r.result.top1.label for r in out.results] == labels
+        for fr, img in zip(out.results, imgs):
+            np.testing.assert_allclose(fr.result.outputs["logits"], m.predict_image(img, color="BGR").outputs["logits"], rtol=1e-5, atol=1e-6)
+        assert VisionPipeline(m, SyntheticSource(imgs)).model is light  # one copy for every pipeline
+        assert m.for_threads(2) is m
+        for opts, live in (
+            (PipelineOptions(model_threads="keep"), False),
+            (PipelineOptions(workers=2), False),
+            (PipelineOptions(preprocess="worker"), False),
+            (PipelineOptions(), True),
+        ):
+            assert VisionPipeline(m, SyntheticSource(imgs, fps=30, live=live), opts).model is m
+        monkeypatch.setattr(vision.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)  # a CPU to spare
+        assert VisionPipeline(m, SyntheticSource(imgs)).model is m
+        monkeypatch.setattr(vision.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+        assert VisionPipeline(m, SyntheticSource(imgs)).model is m
+        with pytest.raises(ValueError, match="threads: expected an int >= 1, got 0"):
+            m.for_threads(0)
+    assert light.closed  # closed with the model that made it
+    with pytest.raises(ValueError, match="model_threads: expected one of"):
+        PipelineOptions(model_threads="2")
 
 
 def test_preprocess_auto_runs_inline_on_one_cpu_for_a_file_and_keeps_threads_for_a_live_source(model, monkeypatch) -> None:

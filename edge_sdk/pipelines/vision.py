@@ -23,7 +23,12 @@ worker. "auto" (default) picks "capture" when the CPUs outnumber the inference t
 (``model.session.info.threads`` x ``workers``), so the capture thread has a core of its own, and
 "worker" otherwise: measured on 2 cores (docs/benchmarks.md), "capture" made a 1-thread model 1.25x
 faster and a 2-thread one 0.92x as fast. A model without ``prepare_image``/``predict_prepared``
-always gets "worker". For a pipeline on N cores, load the model with ``threads = N - 1``.
+always gets "worker". A model whose session takes all N CPUs leaves none to the capture thread:
+``model_threads="auto"`` (default) then runs ``model.for_threads(N - 1)`` (a copy with one thread
+fewer, shared, closed with the model) when the pipeline runs flat out (a non-live source, one
+worker, ``preprocess`` "auto", N >= 2, a model small enough to hold twice), and "auto" preprocessing
+picks "capture" for it: 1.13x the frames of the model's own 2 threads on 2 cores
+(docs/benchmarks.md). ``model_threads="keep"`` runs the model as given.
 "inline" runs everything on one thread: read a frame, ``predict_image``, hand the result to the
 sinks, read the next (no queue, no handoff between threads: the loop a user would write, with the
 pipeline's accounting, rate limit, pause and stop). "auto" picks it for a file or other non-live
@@ -151,6 +156,9 @@ RATE_MODES = ("auto", "drop", "throttle")
 STOP_MODES = ("drain", "discard")
 PREPROCESS_MODES = ("auto", "capture", "worker", "inline")
 PRIORITIES = ("normal", "low")
+MODEL_THREADS = ("auto", "keep")
+#: The largest model file ``model_threads="auto"`` loads a second session of (its weights are held twice).
+RETHREAD_MAX_BYTES = 64 << 20
 
 
 def _now_ms() -> float:
@@ -183,6 +191,9 @@ class PipelineOptions:
     worker, as one ``predict_image`` call) or "inline" (one thread reads, infers and runs the sinks)
     or "auto" (see the module docs). ``priority``: "normal"
     or "low"; the budget governor's PauseLowPriority action pauses "low" pipelines under load.
+    ``model_threads``: "auto" runs ``model.for_threads(N - 1)`` instead of a model whose session
+    would take all N CPUs the process may use, when the pipeline runs flat out on one worker (see
+    the module docs); "keep" runs the model as given.
     """
 
     drop_policy: str | None = None
@@ -195,6 +206,7 @@ class PipelineOptions:
     join_timeout_s: float = 30.0
     preprocess: str = "auto"
     priority: str = "normal"
+    model_threads: str = "auto"
 
     def __post_init__(self) -> None:
         if self.drop_policy is not None and self.drop_policy not in DROP_POLICIES:
@@ -214,6 +226,8 @@ class PipelineOptions:
             raise OptionsError(f"preprocess='inline' runs on one thread: expected workers=1, got {self.workers}")
         if self.priority not in PRIORITIES:
             raise OptionsError(f"priority: expected one of {PRIORITIES}, got {self.priority!r}")
+        if self.model_threads not in MODEL_THREADS:
+            raise OptionsError(f"model_threads: expected one of {MODEL_THREADS}, got {self.model_threads!r}")
         if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 1):
             raise OptionsError(f"top_k: expected an int >= 1 or None, got {self.top_k!r}")
         if not (math.isfinite(self.join_timeout_s) and self.join_timeout_s > 0):
@@ -305,6 +319,33 @@ class PipelineState(str, enum.Enum):
     STOPPED = "stopped"
 
 
+def _pipeline_model(opts: PipelineOptions, model: Any, live: bool) -> Any:
+    """What ``model_threads`` gives a pipeline: for "auto", ``model.for_threads(N - 1)`` when the
+    model's session would take every one of the N >= 2 CPUs this process may use
+    (``usable_cpus()``), the pipeline runs flat out on one worker (a non-live source, ``workers``
+    1, ``preprocess`` "auto"), and the model is an edge_sdk Model small enough to hold twice (no
+    per-stream state, at most RETHREAD_MAX_BYTES and 1/16 of the memory budget); else ``model``."""
+    if opts.model_threads != "auto" or live or opts.workers != 1 or opts.preprocess != "auto":
+        return model
+    if not (callable(getattr(model, "for_threads", None)) and _has_split_api(model)):
+        return model
+    try:
+        threads = int(model.session.info.threads)
+        size = int(model.variant.size)
+        stateful = bool(model.manifest.state)
+        budget = model.detection.memory_budget_mb
+    except (AttributeError, TypeError, ValueError):
+        return model
+    cpus = usable_cpus()
+    if cpus < 2 or threads < cpus or stateful or size > RETHREAD_MAX_BYTES or (budget and size * 16 > budget * 2**20):
+        return model
+    try:
+        return model.for_threads(cpus - 1)
+    except Exception as e:  # a copy that cannot be loaded costs the speed-up, not the pipeline
+        _log.warning("model_threads='auto': no %d-thread copy of %r (%s: %s); running it as loaded", cpus - 1, model, type(e).__name__, e)
+        return model
+
+
 def _preprocess_mode(requested: str, model: Any, workers: int, live: bool) -> str:
     """ "capture", "worker" or "inline" for PipelineOptions.preprocess (see the module docs)."""
     if requested == "inline":
@@ -371,6 +412,7 @@ class VisionPipeline:
         self._rate_throttles = opts.rate_mode == "throttle" or (opts.rate_mode == "auto" and not self.source.live)
         self._max_fps: float | None = opts.max_fps
         self._paused = False
+        model = _pipeline_model(opts, model, self.source.live)
         self._active: tuple[Any, bool] = (model, _has_split_api(model))  # (model, has prepare_image/predict_prepared)
         self._on_error = on_error
         self._on_drop = on_drop
@@ -420,7 +462,8 @@ class VisionPipeline:
 
     @property
     def model(self) -> Any:
-        """The model workers take new frames to (see :meth:`swap_model`)."""
+        """The model workers take new frames to (see :meth:`swap_model`): the one given, or its
+        ``for_threads`` copy (``PipelineOptions.model_threads``)."""
         return self._active[0]
 
     @property

@@ -9,7 +9,8 @@ order alternating:
 - ``mediapipe``: its end-to-end round (``cv2.VideoCapture.read`` -> BGR->RGB -> ``mp.Image`` ->
   ``detect_for_video``) over the whole 640x480 MJPG clip;
 - ``edge_sdk``: ``VisionPipeline(model, clip, PipelineOptions(drop_policy="block"))`` with the model
-  loaded as a user would (``edge_sdk.load(pkg)``: threads and pipeline mode left to ``auto``);
+  loaded as a user would (``edge_sdk.load(pkg)``: threads and pipeline mode left to ``auto``); on 2
+  cores also ``model_threads="keep"`` (the model's own 2 threads) and fixed thread/worker counts;
 - ``plain``: the loop a user would write on the same model (``cap.read()`` ->
   ``model.predict_image(frame, color="BGR")``);
 - on 1 core also the floor the two share: ``cap.read()`` then a raw LiteRT ``invoke`` (threads 1)
@@ -96,6 +97,7 @@ def _setting(name: str, mp: MediaPipeServer, pkg: Path, model_file: Path, video:
     def edge() -> int:
         p = VisionPipeline(model, source_from_uri(str(video)), PipelineOptions(drop_policy="block"), sinks=[CallbackSink(lambda fr: None)])
         resolved["preprocess"] = p.preprocess
+        resolved["pipeline_model_threads"] = p.model.session.info.threads
         c = p.run()
         if c.processed != len(frames) or c.dropped_total:
             raise RuntimeError(f"{name}: expected every frame processed, got {c}")
@@ -127,6 +129,16 @@ def _setting(name: str, mp: MediaPipeServer, pkg: Path, model_file: Path, video:
                 return c.processed
 
             arms[f"edge_sdk_t{t}_w{w}"] = other
+
+        def keep() -> int:  # the model as loaded (all the CPUs' threads), preprocess auto
+            p = VisionPipeline(model, source_from_uri(str(video)), PipelineOptions(drop_policy="block", model_threads="keep"), sinks=[CallbackSink(lambda fr: None)])
+            resolved["keep"] = p.preprocess
+            c = p.run()
+            if c.processed != len(frames) or c.dropped_total:
+                raise RuntimeError(f"{name} keep: expected every frame processed, got {c}")
+            return c.processed
+
+        arms["edge_sdk_keep"] = keep
     if floor:
         raw = RawLiteRT(model_file, 1)
         tensors = [preprocess_image(f, model.inputs[0], color="BGR")[0] for f in frames]
@@ -215,7 +227,7 @@ def main() -> int:
         r = res[name]
         f = r["fps_median"]
         line = ", ".join(f"{k} {v:.0f}" for k, v in f.items())
-        print(f"{name} (model threads {r['resolved']['model_threads']}, preprocess {r['resolved'].get('preprocess')}): fps {line}")
+        print(f"{name} (model threads {r['resolved']['model_threads']}, the pipeline's {r['resolved'].get('pipeline_model_threads')}, preprocess {r['resolved'].get('preprocess')}): fps {line}")
         print(
             f"  edge_sdk / MediaPipe {r['edge_vs_mediapipe']:.2f}x (target {r['target_vs_mediapipe']}x), "
             f"edge_sdk / plain loop {r['edge_vs_plain']:.3f}x, plain / MediaPipe {r['plain_vs_mediapipe']:.2f}x"
