@@ -190,6 +190,24 @@ class RawLiteRT:
         return it.get_tensor(self.reg), it.get_tensor(self.cls)
 
 
+def plain_loop(video: Path, model: Any) -> int:
+    """The loop a user would write on an edge_sdk model: ``cap.read()`` -> ``model.predict_image(frame,
+    color="BGR")``, one Python thread; the frames read."""
+    import cv2
+
+    cap, n = cv2.VideoCapture(str(video)), 0
+    try:
+        while True:
+            ok, f = cap.read()
+            if not ok:
+                break
+            model.predict_image(f, color="BGR")
+            n += 1
+    finally:
+        cap.release()
+    return n
+
+
 def naive_loop(s: Setup, raw: RawLiteRT) -> list[Any]:
     """The loop a user would write on the clip, one Python thread: ``cap.read()`` -> ``preprocess_image``
     -> raw LiteRT invoke -> ``decode_blazeface``; the Detections of every frame."""

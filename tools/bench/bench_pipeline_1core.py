@@ -58,6 +58,7 @@ def main() -> int:
 
     import edge_sdk
     from edge_sdk.pipelines import CallbackSink, PipelineOptions, VisionPipeline, source_from_uri
+    from tools.bench.bench_pipeline import plain_loop
     from tools.fixtures.fetch_pretrained import fetch
 
     with tempfile.TemporaryDirectory(prefix="edge-sdk-1core-") as tmp:
@@ -81,18 +82,6 @@ def main() -> int:
                 model.predict_image(f, color="BGR")
             return len(frames)
 
-        def plain() -> int:
-            c = cv2.VideoCapture(str(video))
-            n = 0
-            while True:
-                ok, f = c.read()
-                if not ok:
-                    break
-                model.predict_image(f, color="BGR")
-                n += 1
-            c.release()
-            return n
-
         resolved: dict[str, str] = {}
 
         def pipeline(mode: str) -> Callable[[], int]:
@@ -111,7 +100,7 @@ def main() -> int:
 
             return run
 
-        arms: dict[str, Callable[[], int]] = {"decode": decode, "predict_image": in_memory, "plain": plain}
+        arms: dict[str, Callable[[], int]] = {"decode": decode, "predict_image": in_memory, "plain": lambda: plain_loop(video, model)}
         arms.update({f"pipeline_{m}": pipeline(m) for m in MODES})
         fps: dict[str, list[float]] = {k: [] for k in arms}
         for f in arms.values():  # warm-up, not timed

@@ -45,7 +45,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from edge_sdk.bench.machine import finish_record, machine_line, machine_record  # noqa: E402
-from tools.bench.bench_pipeline import WORKER, RawLiteRT, ensure_mediapipe_venv  # noqa: E402
+from tools.bench.bench_pipeline import WORKER, RawLiteRT, ensure_mediapipe_venv, plain_loop  # noqa: E402
 from tools.fixtures.face_clip import read_clip, write_clip  # noqa: E402
 from tools.fixtures.face_package import MODEL_NAME, write_face_package  # noqa: E402
 
@@ -94,51 +94,29 @@ def _setting(name: str, mp: MediaPipeServer, pkg: Path, model_file: Path, video:
     frames = read_clip(video)
     resolved: dict[str, Any] = {"model_threads": model.session.info.threads}
 
-    def edge() -> int:
-        p = VisionPipeline(model, source_from_uri(str(video)), PipelineOptions(drop_policy="block"), sinks=[CallbackSink(lambda fr: None)])
-        resolved["preprocess"] = p.preprocess
-        resolved["pipeline_model_threads"] = p.model.session.info.threads
-        c = p.run()
-        if c.processed != len(frames) or c.dropped_total:
-            raise RuntimeError(f"{name}: expected every frame processed, got {c}")
-        return c.processed
-
-    def plain() -> int:
-        cap, n = cv2.VideoCapture(str(video)), 0
-        while True:
-            ok, f = cap.read()
-            if not ok:
-                break
-            model.predict_image(f, color="BGR")
-            n += 1
-        cap.release()
-        return n
-
-    arms: dict[str, Callable[[], int]] = {"edge_sdk": edge, "plain": plain}
-    others: dict[str, Any] = {}
-    if not floor:  # 2 cores: also the configurations auto does not pick, to check its choice
-        for t, w in ((1, 1), (1, 2), (2, 2)):
-            m = others[f"t{t}_w{w}"] = edge_sdk.load(pkg, threads=t, cache_dir=cache)
-
-            def other(m: Any = m, w: int = w, key: str = f"t{t}_w{w}") -> int:
-                p = VisionPipeline(m, source_from_uri(str(video)), PipelineOptions(drop_policy="block", workers=w), sinks=[CallbackSink(lambda fr: None)])
-                resolved[key] = p.preprocess
-                c = p.run()
-                if c.processed != len(frames) or c.dropped_total:
-                    raise RuntimeError(f"{name} {key}: expected every frame processed, got {c}")
-                return c.processed
-
-            arms[f"edge_sdk_t{t}_w{w}"] = other
-
-        def keep() -> int:  # the model as loaded (all the CPUs' threads), preprocess auto
-            p = VisionPipeline(model, source_from_uri(str(video)), PipelineOptions(drop_policy="block", model_threads="keep"), sinks=[CallbackSink(lambda fr: None)])
-            resolved["keep"] = p.preprocess
+    def pipeline(key: str, m: Any, opts: PipelineOptions) -> Callable[[], int]:
+        def run() -> int:
+            p = VisionPipeline(m, source_from_uri(str(video)), opts, sinks=[CallbackSink(lambda fr: None)])
+            resolved[key] = p.preprocess
+            resolved[f"{key}_model_threads"] = p.model.session.info.threads
             c = p.run()
             if c.processed != len(frames) or c.dropped_total:
-                raise RuntimeError(f"{name} keep: expected every frame processed, got {c}")
+                raise RuntimeError(f"{name} {key}: expected every frame processed, got {c}")
             return c.processed
 
-        arms["edge_sdk_keep"] = keep
+        return run
+
+    arms: dict[str, Callable[[], int]] = {
+        "edge_sdk": pipeline("edge_sdk", model, PipelineOptions(drop_policy="block")),
+        "plain": lambda: plain_loop(video, model),
+    }
+    others: dict[str, Any] = {}
+    if not floor:  # 2 cores: also the configurations auto does not pick, to check its choice
+        # the model as loaded (the CPUs' 2 threads), then fixed thread and worker counts
+        arms["edge_sdk_keep"] = pipeline("keep", model, PipelineOptions(drop_policy="block", model_threads="keep"))
+        for t, w in ((1, 1), (1, 2), (2, 2)):
+            m = others[f"t{t}_w{w}"] = edge_sdk.load(pkg, threads=t, cache_dir=cache)
+            arms[f"edge_sdk_t{t}_w{w}"] = pipeline(f"t{t}_w{w}", m, PipelineOptions(drop_policy="block", workers=w))
     if floor:
         raw = RawLiteRT(model_file, 1)
         tensors = [preprocess_image(f, model.inputs[0], color="BGR")[0] for f in frames]
@@ -227,7 +205,7 @@ def main() -> int:
         r = res[name]
         f = r["fps_median"]
         line = ", ".join(f"{k} {v:.0f}" for k, v in f.items())
-        print(f"{name} (model threads {r['resolved']['model_threads']}, the pipeline's {r['resolved'].get('pipeline_model_threads')}, preprocess {r['resolved'].get('preprocess')}): fps {line}")
+        print(f"{name} (model threads {r['resolved']['model_threads']}, the pipeline's {r['resolved'].get('edge_sdk_model_threads')}, preprocess {r['resolved'].get('edge_sdk')}): fps {line}")
         print(
             f"  edge_sdk / MediaPipe {r['edge_vs_mediapipe']:.2f}x (target {r['target_vs_mediapipe']}x), "
             f"edge_sdk / plain loop {r['edge_vs_plain']:.3f}x, plain / MediaPipe {r['plain_vs_mediapipe']:.2f}x"
