@@ -30,6 +30,7 @@ _LAZY = {
     "Model": "model",
     "Result": "model",
     "PreparedImage": "model",
+    "InferredImage": "model",
     "Timings": "model",
     "Stream": "model",
     "ModelPackage": "package",
@@ -48,7 +49,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .assets import demo_package_path
     from .generation.decoder import DecoderModel
     from .generation.results import GenerationResult
-    from .model import LoadOptions, Model, PreparedImage, Result, Stream, Timings, load, load_decoder, load_model
+    from .model import InferredImage, LoadOptions, Model, PreparedImage, Result, Stream, Timings, load, load_decoder, load_model
     from .package import Manifest, ModelPackage
     from .processing.decoders import Classification
     from .profiles import DeviceProfile, detect, list_profiles, load_profile, resolve_profile

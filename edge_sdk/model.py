@@ -271,6 +271,23 @@ class PreparedImage(NamedTuple):
     validate_ns: int
 
 
+class InferredImage(NamedTuple):
+    """A prepared image the model has run on, not decoded yet (:meth:`Model.run_prepared`), for
+    :meth:`Model.decode_inferred`: the pipeline decodes on its output thread, so the worker is free
+    for the next frame's inference. ``outputs``: output name -> array; the rest is bookkeeping for
+    the result's timings (nanosecond counters of ``time.perf_counter_ns``)."""
+
+    model: "Model"
+    outputs: Mapping[str, np.ndarray]
+    feeds: Mapping[str, np.ndarray]
+    transform: Any
+    t0: int
+    t_ready: int
+    t_ran: int
+    preprocess_ns: int
+    hit: bool
+
+
 def max_batch_of(specs: Sequence[TensorSpec]) -> int:
     """Rows one call may carry: the upper bound of a dynamic axis 0 shared by every input, else 1."""
     hi: int | None = None
@@ -541,10 +558,7 @@ class Model:
         count the preparation too (``total_ms`` = preprocess + validate + inference +
         decode; time spent waiting between the halves is not counted)."""
         try:
-            if not isinstance(prepared, PreparedImage):
-                raise InputError(f"predict_prepared: expected a PreparedImage from prepare_image(), got {type(prepared).__name__}")
-            if prepared.model is not self:
-                raise InputError(f"predict_prepared: this PreparedImage was made by another model ({prepared.model!r}), not {self!r}")
+            self._check_prepared(prepared, "predict_prepared")
             t_ready = time.perf_counter_ns()
             return self._finish(
                 dict(prepared.feeds),
@@ -557,6 +571,53 @@ class Model:
         except Exception as e:
             self._failed(e, "predict_prepared")
             raise
+
+    def _check_prepared(self, prepared: Any, where: str) -> None:
+        if not isinstance(prepared, PreparedImage):
+            raise InputError(f"{where}: expected a PreparedImage from prepare_image(), got {type(prepared).__name__}")
+        if prepared.model is not self:
+            raise InputError(f"{where}: this PreparedImage was made by another model ({prepared.model!r}), not {self!r}")
+
+    def run_prepared(self, prepared: PreparedImage) -> InferredImage:
+        """:meth:`predict_prepared` up to the model's outputs, without decoding them: what
+        :meth:`decode_inferred` turns into the Result (the two make ``predict_prepared``). A
+        pipeline runs this on its inference worker and the decode on another thread. Raises
+        InputError for a PreparedImage not made by this model, and what the runtime raises."""
+        try:
+            self._check_prepared(prepared, "run_prepared")
+            t_ready = time.perf_counter_ns()
+            feeds = dict(prepared.feeds)
+            outs, hit = self._run_feeds(feeds, None)
+            return _new(
+                InferredImage,
+                (self, outs, feeds, prepared.transform, t_ready - prepared.preprocess_ns - prepared.validate_ns, t_ready,
+                 time.perf_counter_ns(), prepared.preprocess_ns, hit),
+            )
+        except Exception as e:
+            self._failed(e, "run_prepared")
+            raise
+
+    def decode_inferred(self, inferred: InferredImage, *, top_k: int | None = None) -> Result:
+        """The Result of what :meth:`run_prepared` ran: decoded (as ``predict_prepared`` decodes),
+        timed (``total_ms`` = preprocess + validate + inference + decode; the wait between the
+        calls is not counted), recorded in telemetry and the quality monitor. Raises InputError for
+        an InferredImage of another model, and what the decoder raises."""
+        try:
+            if not isinstance(inferred, InferredImage):
+                raise InputError(f"decode_inferred: expected an InferredImage from run_prepared(), got {type(inferred).__name__}")
+            if inferred.model is not self:
+                raise InputError(f"decode_inferred: this InferredImage was run by another model ({inferred.model!r}), not {self!r}")
+            i = inferred
+            t_dec = time.perf_counter_ns()
+            return self._complete(dict(i.feeds), dict(i.outputs), i.hit, i.t0, i.t_ready, i.t_ran, top_k, i.transform, i.preprocess_ns, 1, t_dec)
+        except Exception as e:
+            self._failed(e, "decode_inferred")
+            raise
+
+    @property
+    def decodes(self) -> bool:
+        """True when results carry a decoded form (:attr:`Result.decoded`: the manifest names a decoder)."""
+        return self._decodes
 
     def _decode_outputs(self, outs: Mapping[str, np.ndarray], top_k: int | None, transform: Any) -> Decoded:
         if self._cls_output is not None:
@@ -583,6 +644,12 @@ class Model:
         batch: int = 1,
         scan: Any = None,
     ) -> Result:
+        outs, hit = self._run_feeds(feeds, scan)
+        t2 = time.perf_counter_ns()
+        return self._complete(feeds, outs, hit, t0, t_ready, t2, top_k, transform, pre_ns, batch, t2)
+
+    def _run_feeds(self, feeds: dict[str, np.ndarray], scan: Any) -> tuple[dict[str, np.ndarray], bool]:
+        """The session's outputs for ``feeds`` (or the result cache's), and whether the cache had them."""
         cache = self._cache
         outs: dict[str, np.ndarray] | None
         if cache is None:
@@ -603,11 +670,30 @@ class Model:
             if outs is None:
                 outs = self._session.run(feeds)
                 cache.put(key, outs)
-        t2 = time.perf_counter_ns()
+        return outs, hit
+
+    def _complete(
+        self,
+        feeds: dict[str, np.ndarray],
+        outs: dict[str, np.ndarray],
+        hit: bool,
+        t0: int,
+        t_ready: int,
+        t2: int,
+        top_k: int | None,
+        transform: Any,
+        pre_ns: int,
+        batch: int,
+        t_dec: int,
+    ) -> Result:
+        """Decode, time and record one run: ``t0`` start, ``t_ready`` inputs ready, ``t2`` the run's
+        end, ``t_dec`` the decode's start (``t2`` unless decoded later, on another thread: the wait
+        between them is not counted in ``total_ms``)."""
         # on a hit too: this call's top_k and transform (a model without a decoder skips the call)
         decoded = self._decode_outputs(outs, top_k, transform) if self._decodes else None
         t3 = time.perf_counter_ns()
-        val_ns, inf_ns, dec_ns, tot_ns = t_ready - t0 - pre_ns, t2 - t_ready, t3 - t2, t3 - t0
+        val_ns, inf_ns, dec_ns = t_ready - t0 - pre_ns, t2 - t_ready, t3 - t_dec
+        tot_ns = t3 - t0 - (t_dec - t2)
         tm = self._tm
         if tm is not None:  # a few list appends, no lock (see edge_sdk.telemetry)
             if hit:

@@ -4,6 +4,7 @@ batches, streams and thread safety — on real ONNX Runtime / LiteRT sessions.""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -202,6 +203,42 @@ def test_prepare_then_predict_prepared_is_predict_image(demo_package: Path) -> N
             m.predict_prepared({"image": prepared.feeds})
         with pytest.raises(errors.ImageError, match="HxWx3"):
             m.prepare_image(np.zeros((4, 4, 5), np.uint8))
+
+
+
+def test_run_prepared_then_decode_inferred_is_predict_prepared(demo_package: Path) -> None:
+    """The two halves the pipeline's decode="output" uses give predict_prepared's result."""
+    from edge_sdk.assets import demo_samples
+    from edge_sdk.processing.image import load_image_bgr
+
+    bgr = load_image_bgr(demo_samples()[1])
+    with edge_sdk.load(demo_package, "generic-x86_64", variant="fp32-onnx") as m, edge_sdk.load(
+        demo_package, "generic-x86_64", variant="fp32-tflite"
+    ) as other:
+        assert m.decodes is True
+        prepared = m.prepare_image(bgr, color="BGR")
+        inferred = m.run_prepared(prepared)
+        assert isinstance(inferred, edge_sdk.InferredImage) and inferred.model is m
+        assert inferred.t0 <= inferred.t_ready <= inferred.t_ran and not inferred.hit
+        a, b = m.decode_inferred(inferred, top_k=2), m.predict_prepared(prepared, top_k=2)
+        np.testing.assert_array_equal(a.outputs["logits"], b.outputs["logits"])
+        assert a.top1 == b.top1 and a.transform == b.transform
+        assert a.decoded == b.decoded and len(a.decoded[0]) == 2  # top_k applied
+        t = a.timings
+        assert t.preprocess_ms > 0 and t.inference_ms > 0 and t.decode_ms >= 0
+        time.sleep(0.05)  # a wait between run and decode is not counted
+        late = m.decode_inferred(inferred).timings
+        assert late.total_ms < 50 and late.total_ms == pytest.approx(
+            late.preprocess_ms + late.validate_ms + late.inference_ms + late.decode_ms, abs=0.01
+        )
+        with pytest.raises(errors.InputError, match="made by another model"):
+            other.run_prepared(prepared)
+        with pytest.raises(errors.InputError, match="run by another model"):
+            other.decode_inferred(inferred)
+        with pytest.raises(errors.InputError, match="expected a PreparedImage"):
+            m.run_prepared(inferred)
+        with pytest.raises(errors.InputError, match="expected an InferredImage"):
+            m.decode_inferred(prepared)
 
 
 # (resize mode, source shape, expected transform scale, pad)
