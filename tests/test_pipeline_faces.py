@@ -234,3 +234,128 @@ def test_live_overload_drops_bounded_and_correct(
     assert set(idx).isdisjoint(d.index for d in drops)
     for i, boxes, scores, labels in got:
         check_frame(plan[i % N_FRAMES], boxes, scores, list(labels))
+
+
+# ----------------------------------------------------------------------------------------------
+# decode on the output thread (PipelineOptions.decode)
+
+
+def _detections(model: Any, path: Path, **opts: Any) -> tuple[VisionPipeline, PipelineCounters, list[tuple[int, list[list[float]], list[float]]]]:
+    got: list[tuple[int, list[list[float]], list[float]]] = []
+
+    def sink(fr: Any) -> None:
+        d = fr.result.decoded
+        assert fr.result.timings.decode_ms >= 0 and fr.latency_ms > 0
+        got.append((fr.index, np.asarray(d.xyxy, np.float64).reshape(-1, 4).tolist(), [float(s) for s in d.scores]))
+
+    opts.setdefault("model_threads", "keep")
+    pl = VisionPipeline(model, str(path), PipelineOptions(drop_policy="block", queue_size=4, join_timeout_s=JOIN_S, **opts), sinks=[CallbackSink(sink)])
+    return pl, pl.run(), got
+
+
+def test_decode_on_the_output_thread_gives_the_workers_results(face_model: Any, clip: tuple[Path, list[ClipFrame]]) -> None:
+    path, plan = clip
+    runs = {}
+    for mode in ("output", "worker"):
+        pl, c, got = _detections(face_model, path, workers=1, preprocess="capture", decode=mode)
+        assert pl.decode == mode
+        _final_checks(c)
+        assert (c.processed, c.dropped_total) == (N_FRAMES, 0)
+        assert [i for i, *_ in got] == list(range(N_FRAMES))
+        assert pl.wait_model_idle(face_model, timeout=1.0)
+        runs[mode] = got
+    assert runs["output"] == runs["worker"]  # the same arrays decoded on another thread
+    for cf, (_, boxes, scores) in zip(plan, runs["output"]):
+        check_frame(cf, boxes, scores, ["face"] * len(boxes))
+
+    # what "auto" picks: the output thread for one worker with capture-side preprocessing only
+    def mode_of(**opts: Any) -> str:
+        return VisionPipeline(face_model, str(path), PipelineOptions(model_threads="keep", **opts)).decode
+
+    assert mode_of(workers=1, preprocess="capture") == "output"
+    assert mode_of(workers=2, preprocess="capture") == "worker"
+    assert mode_of(workers=1, preprocess="worker") == "worker"
+    assert mode_of(workers=1, preprocess="inline", decode="output") == "worker"  # inline has no output thread
+    assert mode_of(workers=2, preprocess="worker", decode="output") == "output"
+    with pytest.raises(edge_sdk.errors.OptionsError, match="decode: expected one of"):
+        PipelineOptions(decode="sink")
+
+
+class _FailingDecode:
+    """The real face model, whose decode raises on the ``bad``-th call (frames decode in order)."""
+
+    def __init__(self, model: Any, bad: int) -> None:
+        self._m, self._bad, self.calls = model, bad, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._m, name)
+
+    def decode_inferred(self, inferred: Any, **kw: Any) -> Any:
+        n, self.calls = self.calls, self.calls + 1
+        if n == self._bad:
+            raise ValueError("decoder broke on this frame")
+        return self._m.decode_inferred(inferred, **kw)
+
+
+def test_a_decode_error_on_the_output_thread_drops_that_frame_only(face_model: Any, clip: tuple[Path, list[ClipFrame]]) -> None:
+    path, plan = clip
+    flaky = _FailingDecode(face_model, bad=7)
+    errors: list[tuple[int | None, str]] = []
+    drops: list[FrameDrop] = []
+    got: list[int] = []
+    pl = VisionPipeline(
+        flaky,
+        str(path),
+        PipelineOptions(drop_policy="block", queue_size=4, workers=1, preprocess="capture", decode="output", model_threads="keep", join_timeout_s=JOIN_S),
+        sinks=[CallbackSink(lambda fr: got.append(fr.index))],
+        on_error=lambda e, fr: errors.append((None if fr is None else fr.index, str(e))),
+        on_drop=drops.append,
+    )
+    assert pl.decode == "output"
+    with Snapshots(pl) as snaps:
+        c = pl.run()
+    assert snaps.bad == []
+    _final_checks(c)
+    assert flaky.calls == N_FRAMES
+    assert (c.processed, dict(c.dropped)) == (N_FRAMES - 1, {**{k: 0 for k in c.dropped}, "error": 1})
+    assert [(d.index, d.reason) for d in drops] == [(7, "error")] and "decoder broke" in drops[0].detail
+    assert errors == [(7, "decoder broke on this frame")]
+    assert got == [i for i in range(N_FRAMES) if i != 7]
+    assert pl.wait_model_idle(flaky, timeout=1.0)
+
+
+def test_swap_to_a_model_without_the_deferred_api_decodes_on_the_worker(face_model: Any, clip: tuple[Path, list[ClipFrame]]) -> None:
+    """A model object with only predict_image (a user's wrapper) swapped in mid-run keeps working."""
+    path, plan = clip
+
+    class PlainModel:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def predict_image(self, image: Any, color: str = "BGR", **kw: Any) -> Any:
+            self.calls += 1
+            return face_model.predict_image(image, color=color, **kw)
+
+    plain = PlainModel()
+    got: list[tuple[int, Any]] = []
+    pl: VisionPipeline
+
+    def sink(fr: Any) -> None:
+        got.append((fr.index, fr.result.decoded))
+        if fr.index == 10:
+            pl.swap_model(plain)
+
+    pl = VisionPipeline(
+        face_model,
+        str(path),
+        PipelineOptions(drop_policy="block", queue_size=4, workers=1, preprocess="capture", decode="output", model_threads="keep", join_timeout_s=JOIN_S),
+        sinks=[CallbackSink(sink)],
+    )
+    c = pl.run()
+    _final_checks(c)
+    # frames the worker takes after the swap go to the plain model; frame 11 may have been taken before
+    assert c.processed == N_FRAMES and plain.calls in (N_FRAMES - 12, N_FRAMES - 11)
+    assert [i for i, _ in got] == list(range(N_FRAMES))
+    for cf, (_, d) in zip(plan, got):
+        check_frame(cf, np.asarray(d.xyxy, np.float64).reshape(-1, 4).tolist(), [float(s) for s in d.scores], list(d.labels or ()))
+    assert pl.wait_model_idle(face_model, timeout=1.0) and pl.wait_model_idle(plain, timeout=1.0)

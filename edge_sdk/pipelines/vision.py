@@ -12,9 +12,9 @@
 Stages::
 
     capture thread --> bounded queue --> inference worker(s) --> reorder --> output thread --> sinks
-    (source.read,      (drop policy)     (model.predict_prepared,          (one thread, frame order)
-     rate limit,                          GIL released in the runtime)
-     model.prepare_image)
+    (source.read,      (drop policy)     (model.predict_prepared           (one thread, frame order;
+     rate limit,                          or run_prepared, GIL released     decode_inferred with
+     model.prepare_image)                 in the runtime)                   decode="output")
 
 Preprocessing (``PipelineOptions.preprocess``): "capture" runs ``model.prepare_image`` (resize,
 colour, normalise, layout, validation) on the capture thread, so frame k+1 is decoded and
@@ -29,6 +29,18 @@ fewer, shared, closed with the model) when the pipeline runs flat out (a non-liv
 worker, ``preprocess`` "auto", N >= 2, a model small enough to hold twice), and "auto" preprocessing
 picks "capture" for it: 1.13x the frames of the model's own 2 threads on 2 cores
 (docs/benchmarks.md). ``model_threads="keep"`` runs the model as given.
+
+Decoding (``PipelineOptions.decode``): "output" has the worker stop at the model's outputs
+(``model.run_prepared``) and the output thread decode them (``model.decode_inferred``: boxes, NMS,
+labels) before the sinks, so the worker starts the next frame's inference while this one is
+decoded; the model counts as busy with a frame (``wait_model_idle``) until it is decoded, and a
+decoder that raises drops that frame as "error", like a failed inference. "worker" decodes inside
+the inference call. "auto" (default) picks "output" for one worker, "capture" preprocessing and a
+model with a decoder: the capture, inference and output threads then each take one stage of a
+frame (docs/benchmarks.md has the figures); with more workers, decoding on them already overlaps.
+A model without ``run_prepared``/``decode_inferred`` and "inline" preprocessing always decode on
+the worker; a model swapped in decodes where its API allows.
+
 "inline" runs everything on one thread: read a frame, ``predict_image``, hand the result to the
 sinks, read the next (no queue, no handoff between threads: the loop a user would write, with the
 pipeline's accounting, rate limit, pause and stop). "auto" picks it for a file or other non-live
@@ -157,6 +169,7 @@ STOP_MODES = ("drain", "discard")
 PREPROCESS_MODES = ("auto", "capture", "worker", "inline")
 PRIORITIES = ("normal", "low")
 MODEL_THREADS = ("auto", "keep")
+DECODE_MODES = ("auto", "worker", "output")
 #: The largest model file ``model_threads="auto"`` loads a second session of (its weights are held twice).
 RETHREAD_MAX_BYTES = 64 << 20
 
@@ -172,6 +185,11 @@ def _check_fps(fps: Any) -> None:
 
 def _has_split_api(model: Any) -> bool:
     return callable(getattr(model, "prepare_image", None)) and callable(getattr(model, "predict_prepared", None))
+
+
+def _has_deferred_api(model: Any) -> bool:
+    """``run_prepared`` / ``decode_inferred`` (an edge_sdk Model): the decode can run on another thread."""
+    return _has_split_api(model) and callable(getattr(model, "run_prepared", None)) and callable(getattr(model, "decode_inferred", None))
 
 
 @dataclass(frozen=True)
@@ -193,7 +211,11 @@ class PipelineOptions:
     or "low"; the budget governor's PauseLowPriority action pauses "low" pipelines under load.
     ``model_threads``: "auto" runs ``model.for_threads(N - 1)`` instead of a model whose session
     would take all N CPUs the process may use, when the pipeline runs flat out on one worker (see
-    the module docs); "keep" runs the model as given.
+    the module docs); "keep" runs the model as given. ``decode``: "output" decodes each result
+    (``model.decode_inferred``: boxes, NMS, labels) on the output thread, so the worker goes on to
+    the next frame's inference at once; "worker" decodes it inside the inference call; "auto" picks
+    "output" for one worker on a model with a decoder when preprocessing runs on the capture thread
+    (see the module docs).
     """
 
     drop_policy: str | None = None
@@ -207,6 +229,7 @@ class PipelineOptions:
     preprocess: str = "auto"
     priority: str = "normal"
     model_threads: str = "auto"
+    decode: str = "auto"
 
     def __post_init__(self) -> None:
         if self.drop_policy is not None and self.drop_policy not in DROP_POLICIES:
@@ -228,6 +251,8 @@ class PipelineOptions:
             raise OptionsError(f"priority: expected one of {PRIORITIES}, got {self.priority!r}")
         if self.model_threads not in MODEL_THREADS:
             raise OptionsError(f"model_threads: expected one of {MODEL_THREADS}, got {self.model_threads!r}")
+        if self.decode not in DECODE_MODES:
+            raise OptionsError(f"decode: expected one of {DECODE_MODES}, got {self.decode!r}")
         if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 1):
             raise OptionsError(f"top_k: expected an int >= 1 or None, got {self.top_k!r}")
         if not (math.isfinite(self.join_timeout_s) and self.join_timeout_s > 0):
@@ -364,6 +389,15 @@ def _preprocess_mode(requested: str, model: Any, workers: int, live: bool) -> st
     return "capture" if threads * workers < cpus else "worker"
 
 
+def _decode_mode(requested: str, model: Any, workers: int, preprocess: str) -> str:
+    """ "output" or "worker" for PipelineOptions.decode (see the module docs)."""
+    if preprocess == "inline" or not _has_deferred_api(model):
+        return "worker"
+    if requested != "auto":
+        return requested
+    return "output" if workers == 1 and preprocess == "capture" and getattr(model, "decodes", False) is True else "worker"
+
+
 class VisionPipeline:
     """Run ``model.predict_image`` over a source's frames and hand results to sinks.
 
@@ -413,7 +447,7 @@ class VisionPipeline:
         self._max_fps: float | None = opts.max_fps
         self._paused = False
         model = _pipeline_model(opts, model, self.source.live)
-        self._active: tuple[Any, bool] = (model, _has_split_api(model))  # (model, has prepare_image/predict_prepared)
+        self._active: tuple[Any, bool, bool] = (model, _has_split_api(model), False)  # (model, has prepare_image/predict_prepared, decodes on the output thread)
         self._on_error = on_error
         self._on_drop = on_drop
         self._drop_listeners: list[Callable[[FrameDrop], Any]] = []  # add_drop_listener (telemetry EventLog)
@@ -422,6 +456,8 @@ class VisionPipeline:
         self.preprocess = _preprocess_mode(opts.preprocess, model, opts.workers, self.source.live)
         self._capture_prep = self.preprocess == "capture"
         self._inline = self.preprocess == "inline"
+        self.decode = _decode_mode(opts.decode, model, opts.workers, self.preprocess)
+        self._active = (model, self._active[1], self.decode == "output")
 
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
@@ -444,7 +480,10 @@ class VisionPipeline:
         self._capture_done = False
         self._workers_alive = 0
         self._next_take = 0  # order number given to a frame when a worker takes it
-        self._done: dict[int, tuple[Frame, Any, float] | None] = {}  # (frame, result, done ms) by order number (None: failed)
+        # (frame, result, done ms, None) by order number (None: failed); with decode "output" the
+        # InferredImage and the model that ran it in place of the result and None: the output
+        # thread decodes it with that model
+        self._done: dict[int, tuple[Frame, Any, float, Any] | None] = {}
         self._out_capacity = 2 * opts.workers
         self._wake = threading.Event()  # set by stop / pause / resume / set_max_fps: the capture thread re-reads them
         self._finished = threading.Event()
@@ -524,7 +563,7 @@ class VisionPipeline:
             raise TypeError(f"model: expected an object with predict_image(image, color=...), got {type(model).__name__}")
         with self._cond:
             old = self._active[0]
-            self._active = (model, _has_split_api(model))
+            self._active = (model, _has_split_api(model), self.decode == "output" and _has_deferred_api(model))
             self._cond.notify_all()
         return old
 
@@ -839,6 +878,8 @@ class VisionPipeline:
             for done in self._done.values():
                 if done is not None:
                     self._emitting -= 1
+                    if done[3] is not None:  # run, not decoded: its model is no longer busy with it
+                        self._release_locked(id(done[3]))
                     drops.append(self._drop_locked(done[0].index, "shutdown", "pipeline ended before it reached the sinks"))
             self._done.clear()
             for name in ("_preparing", "_waiting", "_inferring", "_emitting"):
@@ -922,7 +963,7 @@ class VisionPipeline:
                 if self._inline:
                     self._run_inline(item)
                     continue
-                model, split = self._active
+                model, split, _ = self._active
                 if not (self._capture_prep and split):
                     self._admit(item, None, None)
                     continue
@@ -1024,11 +1065,18 @@ class VisionPipeline:
         if fr is not None:
             self._emit(*fr)
 
-    def _infer(self, model: Any, frame: Frame, prepared: Any) -> tuple[tuple[Frame, Any, float] | None, BaseException | None]:
+    def _infer(
+        self, model: Any, frame: Frame, prepared: Any, defer: bool = False
+    ) -> tuple[tuple[Frame, Any, float] | None, BaseException | None]:
         """Run ``model`` on ``frame`` (``prepared``: its prepare_image result, or None): the
-        ``(frame, result, done ms)`` to emit, or the exception the frame raised."""
+        ``(frame, result, done ms)`` to emit, or the exception the frame raised. With ``defer`` the
+        result is ``model.run_prepared``'s InferredImage, for the output thread to decode."""
         try:
-            if prepared is not None:
+            if defer:
+                if prepared is None:
+                    prepared = model.prepare_image(frame.image, color=frame.color)
+                result = model.run_prepared(prepared)
+            elif prepared is not None:
                 result = model.predict_prepared(prepared, **self._predict_kw)
             else:
                 result = model.predict_image(frame.image, color=frame.color, **self._predict_kw)
@@ -1037,22 +1085,27 @@ class VisionPipeline:
             return None, e
 
     def _inferred_locked(
-        self, key: int, frame: Frame, fr: tuple[Frame, Any, float] | None, err: BaseException | None
+        self, key: int, frame: Frame, fr: tuple[Frame, Any, float] | None, err: BaseException | None, release: bool = True
     ) -> FrameDrop | None:
         """With the lock held: the frame has left inference (on the model ``key``); it waits for the
-        sinks, or is an "error" drop (returned, to report without the lock)."""
+        sinks, or is an "error" drop (returned, to report without the lock). ``release`` False: the
+        model stays busy with it until the output thread has decoded it (:meth:`_release_locked`)."""
         self._inferring -= 1
+        if release or fr is None:
+            self._release_locked(key)
+        self._cond.notify_all()  # wait_model_idle, room for the workers
+        if fr is not None:
+            self._emitting += 1
+            return None
+        return self._drop_locked(frame.index, "error", f"frame {frame.index}: {type(err).__name__}: {err}")
+
+    def _release_locked(self, key: int) -> None:
         busy = self._busy
         n = busy[key] - 1
         if n:
             busy[key] = n
         else:
             del busy[key]
-        self._cond.notify_all()  # wait_model_idle, room for the workers
-        if fr is not None:
-            self._emitting += 1
-            return None
-        return self._drop_locked(frame.index, "error", f"frame {frame.index}: {type(err).__name__}: {err}")
 
     def _report_failure(self, frame: Frame, err: BaseException | None, drop: FrameDrop | None) -> None:
         if err is not None:
@@ -1070,7 +1123,7 @@ class VisionPipeline:
                             return
                         self._cond.wait()
                     frame, prepared, prepared_by = self._queue.popleft()
-                    model = self._active[0]  # taken now: a swap_model() before this point applies
+                    model, _, defer = self._active  # taken now: a swap_model() before this point applies
                     key = id(model)
                     busy[key] = busy.get(key, 0) + 1
                     if prepared is not None and prepared_by is not model:
@@ -1080,10 +1133,11 @@ class VisionPipeline:
                     self._next_take += 1
                     self._inferring += 1
                     self._cond.notify_all()  # room in the queue
-                fr, err = self._infer(model, frame, prepared)
+                fr, err = self._infer(model, frame, prepared, defer)
                 with self._cond:
-                    drop = self._inferred_locked(key, frame, fr, err)
-                    self._done[seq] = fr  # the output thread hands it on in order (None: failed)
+                    drop = self._inferred_locked(key, frame, fr, err, release=not defer)
+                    # the output thread hands it on in order (None: failed), decoding it first with defer
+                    self._done[seq] = None if fr is None else (*fr, model if defer else None)
                 self._report_failure(frame, err, drop)
         finally:
             with self._cond:
@@ -1131,5 +1185,24 @@ class VisionPipeline:
                     self._cond.wait()
                 done = self._done.pop(next_seq)
             next_seq += 1
-            if done is not None:
-                self._emit(*done)
+            if done is None:
+                continue
+            frame, result, t_done, model = done
+            if model is not None:  # decode "output": the worker ran the model, the decode is this thread's
+                err: BaseException | None = None
+                try:
+                    result = model.decode_inferred(result, **self._predict_kw)
+                    t_done = _now_ms()
+                except BaseException as e:  # the frame's error; a fatal one also stops the pipeline
+                    err = e
+                with self._cond:
+                    self._release_locked(id(model))
+                    drop = None
+                    if err is not None:
+                        self._emitting -= 1
+                        drop = self._drop_locked(frame.index, "error", f"frame {frame.index}: {type(err).__name__}: {err}")
+                    self._cond.notify_all()  # wait_model_idle, room for the workers
+                if err is not None:
+                    self._report_failure(frame, err, drop)
+                    continue
+            self._emit(frame, result, t_done)
