@@ -11,6 +11,7 @@ order alternating:
 - ``edge_sdk``: ``VisionPipeline(model, clip, PipelineOptions(drop_policy="block"))`` with the model
   loaded as a user would (``edge_sdk.load(pkg)``: threads and pipeline mode left to ``auto``); on 2
   cores also ``model_threads="keep"`` (the model's own 2 threads) and fixed thread/worker counts;
+  and ``decode="worker"`` (``auto`` decodes on the output thread there);
 - ``plain``: the loop a user would write on the same model (``cap.read()`` ->
   ``model.predict_image(frame, color="BGR")``);
 - on 1 core also the floor the two share: ``cap.read()`` then a raw LiteRT ``invoke`` (threads 1)
@@ -98,6 +99,7 @@ def _setting(name: str, mp: MediaPipeServer, pkg: Path, model_file: Path, video:
         def run() -> int:
             p = VisionPipeline(m, source_from_uri(str(video)), opts, sinks=[CallbackSink(lambda fr: None)])
             resolved[key] = p.preprocess
+            resolved[f"{key}_decode"] = p.decode
             resolved[f"{key}_model_threads"] = p.model.session.info.threads
             c = p.run()
             if c.processed != len(frames) or c.dropped_total:
@@ -112,6 +114,8 @@ def _setting(name: str, mp: MediaPipeServer, pkg: Path, model_file: Path, video:
     }
     others: dict[str, Any] = {}
     if not floor:  # 2 cores: also the configurations auto does not pick, to check its choice
+        # the decode on the worker (auto puts it on the output thread here; on 1 core "inline" has none)
+        arms["edge_sdk_decode_worker"] = pipeline("decode_worker", model, PipelineOptions(drop_policy="block", decode="worker"))
         # the model as loaded (the CPUs' 2 threads), then fixed thread and worker counts
         arms["edge_sdk_keep"] = pipeline("keep", model, PipelineOptions(drop_policy="block", model_threads="keep"))
         for t, w in ((1, 1), (1, 2), (2, 2)):
@@ -159,6 +163,8 @@ def _setting(name: str, mp: MediaPipeServer, pkg: Path, model_file: Path, video:
         "plain_vs_mediapipe": paired("plain", "mediapipe"),
         "target_vs_mediapipe": TARGETS[name],
         "configs_vs_mediapipe": {k: paired(k, "mediapipe") for k in fps if k.startswith("edge_sdk_")},
+        # above 1: that configuration beat what auto picked (edge_sdk) in the same rounds
+        "configs_vs_auto": {k: paired(k, "edge_sdk") for k in fps if k.startswith("edge_sdk_")},
     }
     if floor:
         out["bound_vs_mediapipe"] = paired("floor", "mediapipe")
@@ -205,12 +211,17 @@ def main() -> int:
         r = res[name]
         f = r["fps_median"]
         line = ", ".join(f"{k} {v:.0f}" for k, v in f.items())
-        print(f"{name} (model threads {r['resolved']['model_threads']}, the pipeline's {r['resolved'].get('edge_sdk_model_threads')}, preprocess {r['resolved'].get('edge_sdk')}): fps {line}")
+        print(
+            f"{name} (model threads {r['resolved']['model_threads']}, the pipeline's {r['resolved'].get('edge_sdk_model_threads')}, "
+            f"preprocess {r['resolved'].get('edge_sdk')}, decode {r['resolved'].get('edge_sdk_decode')}): fps {line}"
+        )
         print(
             f"  edge_sdk / MediaPipe {r['edge_vs_mediapipe']:.2f}x (target {r['target_vs_mediapipe']}x), "
             f"edge_sdk / plain loop {r['edge_vs_plain']:.3f}x, plain / MediaPipe {r['plain_vs_mediapipe']:.2f}x"
             + (f"; floor (read + raw invoke) / MediaPipe {r['bound_vs_mediapipe']:.2f}x, edge_sdk / floor {r['edge_vs_floor']:.3f}x" if "bound_vs_mediapipe" in r else "")
         )
+        if r["configs_vs_auto"]:
+            print("  vs what auto picked: " + ", ".join(f"{k[len('edge_sdk_'):]} {v:.3f}x" for k, v in r["configs_vs_auto"].items()))
     print(f"{a.rounds} paired rounds, {res['wall_s']:.0f} s; {machine_line(rec)}")
     if a.json is not None:
         a.json.write_text(json.dumps(res, indent=1))
